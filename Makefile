@@ -1,0 +1,30 @@
+# Two entry points that work on a fresh clone with only python3 (and make):
+#   make demo   set up .venv, then run the built-in demo end to end
+#   make test   set up .venv, then run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+WORKDIR ?= runs/demo
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast bench setup
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+demo: setup
+	$(PY) -m t2t_jax.main --config=experiments/demo.py --workdir=$(WORKDIR)
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -q -m 'not slow' $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) benchmarks/train_step.py

@@ -1,0 +1,93 @@
+"""Train-step speed on this machine: tokens/s and achieved GFLOP/s, as JSON lines.
+
+  python benchmarks/train_step.py [--configs base,demo] [--steps 5]
+
+The base config runs the peers' benchmark shape: 32 sentences × 64 source tokens and
+32 × 64 target tokens a step, no padding. FLOPs are XLA's own count of the compiled step.
+The last line is the machine's float32 matmul GFLOP/s, for reference.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from experiments import demo, wmt_ende_base  # noqa: E402
+from t2t_jax import config_lib, optim, train  # noqa: E402
+from t2t_jax.model import Transformer  # noqa: E402
+
+SHAPES = {'base': (wmt_ende_base, 32, 64), 'demo': (demo, 64, 16)}  # config, rows, length
+
+
+def random_batch(rows: int, length: int, vocab_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+  rng = np.random.default_rng(seed)
+  ids = lambda: rng.integers(3, vocab_size, (rows, length), dtype=np.int32)  # noqa: E731
+  return {'inputs': ids(), 'targets': ids()}
+
+
+def bench_config(name: str, steps: int) -> dict:
+  module, rows, length = SHAPES[name]
+  config = module.get_config()
+  model_config = config_lib.validate(config)
+  mesh = train.make_mesh(jax.devices()[:1])
+  tx = optim.make_optimizer(config)
+  state = train.create_train_state(Transformer(model_config), tx, 0, mesh)
+  train_fn, _ = train.compile_steps(model_config, tx, config.label_smoothing, mesh)
+  batch = train.shard_batch(random_batch(rows, length, config.vocab_size), mesh)
+  t0 = time.perf_counter()
+  compiled = train_fn.lower(state, batch).compile()
+  compile_s = time.perf_counter() - t0
+  cost = compiled.cost_analysis()
+  flops = float((cost[0] if isinstance(cost, list) else cost).get('flops', float('nan')))
+  state, metrics = compiled(state, batch)  # warm-up
+  jax.block_until_ready(metrics)
+  times = []
+  for _ in range(steps):
+    t0 = time.perf_counter()
+    state, metrics = compiled(state, batch)
+    jax.block_until_ready(metrics)
+    times.append(time.perf_counter() - t0)
+  step_s = float(np.median(times))
+  tokens = 2 * rows * length
+  return {'benchmark': 'train_step', 'config': name, 'batch': f'{rows}x{length}+{rows}x{length}',
+          'params': int(sum(x.size for x in jax.tree_util.tree_leaves(state.params))),
+          'step_seconds': round(step_s, 4), 'tokens_per_s': round(tokens / step_s, 1),
+          'target_tokens_per_s': round(tokens / 2 / step_s, 1),
+          'gflop_per_step': round(flops / 1e9, 2), 'gflop_per_s': round(flops / 1e9 / step_s, 1),
+          'compile_seconds': round(compile_s, 1), 'devices': 1,
+          'backend': jax.default_backend(), 'cpu_count': os.cpu_count()}
+
+
+def bench_matmul(n: int = 2048, repeats: int = 10) -> dict:
+  a = jnp.asarray(np.random.default_rng(0).normal(size=(n, n)), jnp.float32)
+  f = jax.jit(lambda x, y: x @ y)
+  f(a, a).block_until_ready()
+  t0 = time.perf_counter()
+  for _ in range(repeats):
+    f(a, a).block_until_ready()
+  seconds = (time.perf_counter() - t0) / repeats
+  return {'benchmark': 'matmul', 'shape': f'{n}x{n}x{n}', 'dtype': 'float32',
+          'gflop_per_s': round(2 * n ** 3 / seconds / 1e9, 1)}
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--configs', default='base,demo')
+  parser.add_argument('--steps', type=int, default=5)
+  args = parser.parse_args()
+  for name in args.configs.split(','):
+    print(json.dumps(bench_config(name, args.steps)), flush=True)
+  print(json.dumps(bench_matmul()), flush=True)
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,59 @@
+"""Transformer (base) on WMT14 English→German: Table 3, row "base".
+
+Vaswani et al., "Attention Is All You Need", 2017. Every number taken from the
+paper carries its section. Override any key from the command line, e.g.
+`--config.model.num_heads=1` for Table 3 row (A).
+"""
+import ml_collections
+from ml_collections import config_dict
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+
+  # ----- Data (§5.1) -----
+  config.dataset = 'tfds'  # 'tfds' | 'files' | 'synthetic'
+  config.tfds_name = 'wmt14_translate/de-en'  # tfds stores the pair German first
+  config.tfds_data_dir = ''  # '' = the tfds default (~/tensorflow_datasets)
+  config.tfds_manual_dir = ''  # folder with manually downloaded WMT archives
+  config.source_lang = 'en'  # EN→DE, §6.1
+  config.target_lang = 'de'
+  config.train_split = 'train'
+  config.dev_split = 'validation'  # newstest2013, §6.2
+  config.test_split = 'test'  # newstest2014, §6.1
+  config.train_files = ''  # dataset='files': PREFIX, reading PREFIX.<source_lang>, PREFIX.<target_lang>
+  config.dev_files = ''
+  config.test_files = ''
+  config.vocab_size = 37000  # shared source-target BPE vocabulary, §5.1
+  config.vocab_sample_sentences = 2_000_000  # sentences (both sides) to train SentencePiece on
+  config.max_length = 256  # sub-word tokens per side; longer pairs are dropped (and counted)
+  config.tokens_per_batch = 25000  # ~25000 source and 25000 target tokens a batch, §5.1
+  config.eval_tokens_per_batch = 8192
+  config.shuffle_buffer_size = 100_000
+
+  # ----- Model (§3; Table 3 "base") -----
+  config.model = ml_collections.ConfigDict()
+  config.model.num_layers = 6  # N, §3.1
+  config.model.d_model = 512  # §3.1
+  config.model.d_ff = 2048  # §3.3
+  config.model.num_heads = 8  # h, §3.2.2
+  # d_k = d_v = d_model / h = 64 (§3.2.2) when unset; Table 3 row (B) sets d_k alone.
+  config.model.d_k = config_dict.placeholder(int)
+  config.model.d_v = config_dict.placeholder(int)
+  config.model.dropout_rate = 0.1  # P_drop, §5.4
+  config.model.positional = 'sinusoidal'  # §3.5; 'learned' is Table 3 row (E)
+  config.model.max_len = 512  # longest position a learned embedding covers
+  config.model.dtype = 'float32'  # compute dtype; 'bfloat16' on TPU/GPU
+
+  # ----- Training (§5.2–§5.4) -----
+  config.label_smoothing = 0.1  # ε_ls, §5.4
+  config.num_train_steps = 100_000  # §5.2
+  config.warmup_steps = 4000  # §5.3
+  config.adam_beta1 = 0.9  # §5.3
+  config.adam_beta2 = 0.98  # §5.3
+  config.adam_eps = 1e-9  # §5.3
+  config.learning_rate_scale = 1.0  # multiplies d_model^-0.5 · min(...) (§5.3 is 1.0)
+  config.seed = 0
+  config.log_every_steps = 100
+  config.eval_every_steps = 1000  # dev loss and perplexity on newstest2013
+  return config

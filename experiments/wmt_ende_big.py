@@ -1,0 +1,14 @@
+"""Transformer (big) on WMT14 English→German: Table 3, row "big" (28.4 BLEU, Table 2)."""
+import ml_collections
+
+from experiments import wmt_ende_base
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = wmt_ende_base.get_config()
+  config.model.d_model = 1024  # Table 3 "big"
+  config.model.d_ff = 4096  # Table 3 "big"
+  config.model.num_heads = 16  # Table 3 "big"; d_k = d_v = 1024 / 16 = 64
+  config.model.dropout_rate = 0.3  # P_drop for big EN→DE, Table 3 and §6.1
+  config.num_train_steps = 300_000  # §5.2
+  return config

@@ -1,0 +1,34 @@
+"""Label-smoothed cross-entropy over the real (non-padding) target tokens, §5.4."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from t2t_jax.model import PAD_ID
+
+
+class LossSums(NamedTuple):
+  """Per-batch sums; divide by `num_tokens` (after summing over devices) for means."""
+  loss: jax.Array  # label-smoothed cross-entropy, the training objective
+  nll: jax.Array  # unsmoothed cross-entropy: exp(nll / num_tokens) is the perplexity
+  correct: jax.Array  # argmax predictions equal to the target
+  num_tokens: jax.Array  # real target tokens
+
+
+def cross_entropy_sums(logits: jax.Array, targets: jax.Array, *,
+                       label_smoothing: float) -> LossSums:
+  """Cross-entropy against q = (1 - ε_ls)·one_hot(y) + ε_ls / V (Szegedy et al., 2016).
+
+  logits [b, t, v] and targets [b, t]; PAD_ID targets weigh nothing. Per token:
+    loss = (1 - ε_ls)·(-log p_y) + ε_ls·mean_k(-log p_k).
+  """
+  log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [b, t, v]
+  nll = -jnp.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]  # [b, t]
+  uniform = -jnp.mean(log_p, axis=-1)  # [b, t]
+  loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform
+  weights = (targets != PAD_ID).astype(jnp.float32)
+  correct = (jnp.argmax(log_p, axis=-1) == targets).astype(jnp.float32)
+  return LossSums(loss=jnp.sum(loss * weights), nll=jnp.sum(nll * weights),
+                  correct=jnp.sum(correct * weights), num_tokens=jnp.sum(weights))

@@ -1,0 +1,378 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), §3.
+
+Einsum letter legend, used throughout this file:
+  b = batch, q = query position, k = key position, h = head,
+  d = d_k or d_v (per-head size), m = d_model, v = vocabulary.
+
+Choices the paper leaves open (all as in tensor2tensor):
+  * the Q/K/V/output projections of attention have no bias; the FFN layers do;
+  * token 0 is padding and doubles as the decoder's start symbol;
+  * the shared embedding is initialised N(0, d_model^-1), so that after the ×√d_model
+    of §3.4 token vectors have unit variance, like the sinusoids they are added to.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PAD_ID = 0  # padding; also the decoder's start-of-sequence input
+POSITIONAL = ('sinusoidal', 'learned')
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Hyper-parameters of §3 and Table 3, plus two mode flags.
+
+  Built straight from the experiment config: `ModelConfig(vocab_size=..., **config.model)`;
+  modes by `.replace(deterministic=True)` (no dropout) or `.replace(decode=True)`
+  (incremental decoding with a key/value cache).
+  """
+  vocab_size: int
+  num_layers: int = 6  # N
+  d_model: int = 512
+  d_ff: int = 2048
+  num_heads: int = 8  # h
+  d_k: int | None = None  # None: d_model / h (§3.2.2)
+  d_v: int | None = None  # None: d_model / h (§3.2.2)
+  dropout_rate: float = 0.1  # P_drop
+  positional: str = 'sinusoidal'  # 'sinusoidal' (§3.5) | 'learned' (Table 3 row E)
+  max_len: int = 512  # positions a learned embedding covers
+  dtype: str = 'float32'  # compute dtype; parameters are always float32
+  deterministic: bool = False  # True: no dropout
+  decode: bool = False  # True: the decoder runs one position at a time from a cache
+
+  def __post_init__(self):
+    _check_model_config(self)
+
+  @property
+  def key_size(self) -> int:
+    return self.d_k if self.d_k is not None else self.d_model // self.num_heads
+
+  @property
+  def value_size(self) -> int:
+    return self.d_v if self.d_v is not None else self.d_model // self.num_heads
+
+  def replace(self, **changes: Any) -> ModelConfig:
+    return dataclasses.replace(self, **changes)
+
+
+def _check_model_config(c: ModelConfig) -> None:
+  """Fails with the config key that is wrong, before anything is compiled."""
+  def fail(key: str, why: str):
+    raise ValueError(f'config.model.{key}: {why}' if key != 'vocab_size'
+                     else f'config.vocab_size: {why}')
+  for key in ('vocab_size', 'num_layers', 'd_model', 'd_ff', 'num_heads', 'max_len'):
+    value = getattr(c, key)
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+      fail(key, f'must be a positive integer, got {value!r}')
+  for key in ('d_k', 'd_v'):
+    value = getattr(c, key)
+    if value is None:
+      if c.d_model % c.num_heads:
+        fail(key, f'unset, so it would be d_model / num_heads = {c.d_model} / {c.num_heads}, '
+                  'which is not a whole number; set it or change num_heads')
+    elif not isinstance(value, (int, np.integer)) or value < 1:
+      fail(key, f'must be a positive integer or unset, got {value!r}')
+  if not 0.0 <= c.dropout_rate < 1.0:
+    fail('dropout_rate', f'must be in [0, 1), got {c.dropout_rate!r}')
+  if c.positional not in POSITIONAL:
+    fail('positional', f'must be one of {POSITIONAL}, got {c.positional!r}')
+  if c.dtype not in ('float32', 'bfloat16', 'float16'):
+    fail('dtype', f"must be 'float32', 'bfloat16' or 'float16', got {c.dtype!r}")
+
+
+def sinusoidal_positions(positions: Array, d_model: int) -> Array:
+  """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...), §3.5.
+
+  Sines on even and cosines on odd dimensions, interleaved as in the paper's formula.
+  positions: [...] integer -> [..., d_model] float32.
+  """
+  two_i = np.arange(0, d_model, 2, dtype=np.float32)  # [d_model / 2]
+  angles = positions[..., None].astype(jnp.float32) / (10000.0 ** (two_i / d_model))
+  pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [..., d_model/2, 2]
+  return pe.reshape(*positions.shape, -1)[..., :d_model]
+
+
+def causal_mask(length: int) -> Array:
+  """[1, 1, q, k] True where key k is not after query q (§3.2.3)."""
+  return jnp.tril(jnp.ones((length, length), bool))[None, None]
+
+
+def padding_mask(ids: Array) -> Array:
+  """[b, 1, 1, k] True where the key is a real token."""
+  return (ids != PAD_ID)[:, None, None, :]
+
+
+def shift_right(targets: Array) -> Array:
+  """Decoder inputs: the targets one position later, PAD_ID as start symbol, §3.1."""
+  return jnp.pad(targets, ((0, 0), (1, 0)), constant_values=PAD_ID)[:, :-1]
+
+
+def scaled_dot_product_attention(query: Array, key: Array, value: Array, mask: Array | None,
+                                 ) -> tuple[Array, Array]:
+  """Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, §3.2.1, Figure 2 (left).
+
+  query [b, q, h, d_k], key [b, k, h, d_k], value [b, k, h, d_v], mask broadcastable to
+  [b, h, q, k] (True = may attend). Returns ([b, q, h, d_v], weights [b, h, q, k]).
+  The softmax runs in float32 whatever the compute dtype.
+  """
+  d_k = query.shape[-1]
+  logits = jnp.einsum('bqhd,bkhd->bhqk', query, key) / jnp.sqrt(d_k).astype(query.dtype)
+  logits = logits.astype(jnp.float32)
+  if mask is not None:
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  weights = jax.nn.softmax(logits, axis=-1)
+  out = jnp.einsum('bhqk,bkhd->bqhd', weights.astype(value.dtype), value)
+  return out, weights
+
+
+class MultiHeadAttention(nn.Module):
+  """Multi-head attention, §3.2.2, Figure 2 (right).
+
+  MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K,
+  V W_i^V); W^Q, W^K are d_model × h·d_k and W^V is d_model × h·d_v, with d_k and d_v free
+  of d_model / h (Table 3 rows A, B).
+
+  With `config.decode`, a self-attention layer (`cache='self'`) keeps the keys and values
+  of earlier positions in the 'cache' collection and takes one new position per call;
+  encoder-decoder attention (`cache='cross'`) projects the encoder output once and reuses it.
+  """
+  config: ModelConfig
+  cache: str | None = None  # None | 'self' | 'cross'
+
+  @nn.compact
+  def __call__(self, inputs_q: Array, inputs_kv: Array, mask: Array | None) -> Array:
+    c = self.config
+    dense = lambda features, name: nn.DenseGeneral(  # noqa: E731
+        features, use_bias=False, dtype=c.dtype, kernel_init=nn.initializers.xavier_uniform(),
+        name=name)
+    query = dense((c.num_heads, c.key_size), 'query')(inputs_q)  # [b, q, h, d_k]
+    if c.decode and self.cache == 'cross':
+      key, value = self._cross_cache(dense, inputs_kv)
+    else:
+      key = dense((c.num_heads, c.key_size), 'key')(inputs_kv)  # [b, k, h, d_k]
+      value = dense((c.num_heads, c.value_size), 'value')(inputs_kv)  # [b, k, h, d_v]
+      if c.decode and self.cache == 'self':
+        key, value, mask = self._self_cache(key, value)
+    out, weights = scaled_dot_product_attention(query, key, value, mask)  # [b, q, h, d_v]
+    self.sow('intermediates', 'attention_weights', weights)
+    return nn.DenseGeneral(c.d_model, axis=(-2, -1), use_bias=False, dtype=c.dtype,
+                           kernel_init=nn.initializers.xavier_uniform(), name='out')(out)
+
+  def _self_cache(self, key: Array, value: Array) -> tuple[Array, Array, Array]:
+    """Writes this step's key/value at the cache index; masks the positions not yet written.
+
+    The cache is created by a call on a full-length target ([b, max_decode_len]), which
+    only fixes its shape; later calls take one position, key/value [b, 1, h, d].
+    """
+    is_initialized = self.has_variable('cache', 'cached_key')
+    cached_key = self.variable('cache', 'cached_key', jnp.zeros, key.shape, key.dtype)
+    cached_value = self.variable('cache', 'cached_value', jnp.zeros, value.shape, value.dtype)
+    index = self.variable('cache', 'index', lambda: jnp.array(0, jnp.int32))
+    if not is_initialized:
+      return key, value, causal_mask(key.shape[1])
+    i = index.value
+    cached_key.value = jax.lax.dynamic_update_slice_in_dim(cached_key.value, key, i, axis=1)
+    cached_value.value = jax.lax.dynamic_update_slice_in_dim(
+        cached_value.value, value, i, axis=1)
+    index.value = i + 1
+    max_len = cached_key.value.shape[1]
+    mask = (jnp.arange(max_len) <= i)[None, None, None, :]  # [1, 1, 1, k]
+    return cached_key.value, cached_value.value, mask
+
+  def _cross_cache(self, dense, encoded: Array) -> tuple[Array, Array]:
+    """Keys and values of the encoder output, computed when the cache is created."""
+    c = self.config
+    key_proj = dense((c.num_heads, c.key_size), 'key')
+    value_proj = dense((c.num_heads, c.value_size), 'value')
+    key = self.variable('cache', 'cross_key', lambda: key_proj(encoded))
+    value = self.variable('cache', 'cross_value', lambda: value_proj(encoded))
+    return key.value, value.value
+
+
+class FeedForward(nn.Module):
+  """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, §3.3."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    c = self.config
+    init = nn.initializers.xavier_uniform()
+    h = nn.relu(nn.Dense(c.d_ff, dtype=c.dtype, kernel_init=init, name='w_1')(x))  # [b, t, d_ff]
+    return nn.Dense(c.d_model, dtype=c.dtype, kernel_init=init, name='w_2')(h)  # [b, t, m]
+
+
+class SubLayer(nn.Module):
+  """LayerNorm(x + Dropout(Sublayer(x))): the residual connection of §3.1 (post-LN)
+  with the residual dropout of §5.4."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array, sublayer_out: Array) -> Array:
+    y = nn.Dropout(self.config.dropout_rate)(sublayer_out, deterministic=self.config.deterministic)
+    return nn.LayerNorm(epsilon=1e-6, dtype=self.config.dtype, name='layer_norm')(x + y)
+
+
+class EncoderLayer(nn.Module):
+  """Self-attention then FFN, each wrapped in a residual + LayerNorm sub-layer, §3.1."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array, src_mask: Array) -> Array:
+    x = SubLayer(self.config, name='attention_sublayer')(
+        x, MultiHeadAttention(self.config, name='self_attention')(x, x, src_mask))
+    return SubLayer(self.config, name='ffn_sublayer')(x, FeedForward(self.config, name='ffn')(x))
+
+
+class DecoderLayer(nn.Module):
+  """Masked self-attention, encoder-decoder attention, FFN; each a sub-layer, §3.1."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, y: Array, encoded: Array, self_mask: Array | None, src_mask: Array) -> Array:
+    c = self.config
+    y = SubLayer(c, name='self_attention_sublayer')(
+        y, MultiHeadAttention(c, cache='self', name='self_attention')(y, y, self_mask))
+    y = SubLayer(c, name='cross_attention_sublayer')(
+        y, MultiHeadAttention(c, cache='cross', name='cross_attention')(y, encoded, src_mask))
+    return SubLayer(c, name='ffn_sublayer')(y, FeedForward(c, name='ffn')(y))
+
+
+class SharedEmbedding(nn.Module):
+  """One matrix for source embedding, target embedding and pre-softmax projection, §3.4."""
+  config: ModelConfig
+
+  def setup(self):
+    c = self.config
+    self.embedding = self.param('embedding', nn.initializers.normal(stddev=c.d_model ** -0.5),
+                                (c.vocab_size, c.d_model))  # [v, m]
+
+  def embed(self, ids: Array) -> Array:
+    """[b, t] -> [b, t, m], multiplied by √d_model (§3.4)."""
+    x = jnp.take(self.embedding, ids, axis=0) * math.sqrt(self.config.d_model)
+    return x.astype(self.config.dtype)
+
+  def logits(self, x: Array) -> Array:
+    """[b, t, m] -> [b, t, v] float32: the shared weights as the pre-softmax linear map."""
+    return jnp.einsum('btm,vm->btv', x, self.embedding.astype(x.dtype)).astype(jnp.float32)
+
+
+class InputEmbedding(nn.Module):
+  """Dropout(Embedding × √d_model + positional encoding), §3.4, §3.5, §5.4."""
+  config: ModelConfig
+  shared_embedding: SharedEmbedding
+
+  @nn.compact
+  def __call__(self, ids: Array, positions: Array) -> Array:
+    c = self.config
+    x = self.shared_embedding.embed(ids)  # [b, t, m]
+    if c.positional == 'sinusoidal':
+      pe = sinusoidal_positions(positions, c.d_model)
+    else:
+      pe = nn.Embed(c.max_len, c.d_model, embedding_init=nn.initializers.normal(0.5 ** 0.5),
+                    name='learned_positions')(positions)
+    x = x + pe.astype(x.dtype)
+    return nn.Dropout(c.dropout_rate)(x, deterministic=c.deterministic)
+
+
+class Encoder(nn.Module):
+  """A stack of N identical layers over the embedded source, §3.1."""
+  config: ModelConfig
+  shared_embedding: SharedEmbedding
+
+  @nn.compact
+  def __call__(self, src: Array) -> Array:
+    """src [b, s] ids -> [b, s, m]."""
+    positions = jnp.arange(src.shape[1])[None, :]
+    x = InputEmbedding(self.config, self.shared_embedding, name='input_embedding')(src, positions)
+    src_mask = padding_mask(src)  # [b, 1, 1, s]
+    for i in range(self.config.num_layers):
+      x = EncoderLayer(self.config, name=f'layer_{i}')(x, src_mask)
+    return x
+
+
+class Decoder(nn.Module):
+  """A stack of N identical layers over the shifted, embedded target, §3.1."""
+  config: ModelConfig
+  shared_embedding: SharedEmbedding
+
+  @nn.compact
+  def __call__(self, decoder_inputs: Array, encoded: Array, src_mask: Array) -> Array:
+    """decoder_inputs [b, t] ids -> logits [b, t, v]; t = 1 per call when decoding.
+
+    Target padding needs no mask of its own: it only ever follows the real tokens, and the
+    causal mask already hides later positions from them.
+    """
+    c = self.config
+    positions = jnp.arange(decoder_inputs.shape[1])[None, :]  # [1, t]
+    self_mask = causal_mask(decoder_inputs.shape[1])  # [1, 1, t, t]
+    if c.decode:
+      is_initialized = self.has_variable('cache', 'position')
+      position = self.variable('cache', 'position', lambda: jnp.array(0, jnp.int32))
+      if is_initialized:  # one step: the self-attention cache builds its own mask
+        positions, self_mask = position.value[None, None], None
+        position.value = position.value + 1
+    y = InputEmbedding(c, self.shared_embedding, name='input_embedding')(decoder_inputs, positions)
+    for i in range(c.num_layers):
+      y = DecoderLayer(c, name=f'layer_{i}')(y, encoded, self_mask, src_mask)
+    return self.shared_embedding.logits(y)
+
+
+class Transformer(nn.Module):
+  """Encoder-decoder Transformer, Figure 1. `encode` and `decode` are separate entry points
+  so that decoding can run the encoder once and the decoder step by step."""
+  config: ModelConfig
+
+  def setup(self):
+    self.shared_embedding = SharedEmbedding(self.config)
+    self.encoder = Encoder(self.config, self.shared_embedding)
+    self.decoder = Decoder(self.config, self.shared_embedding)
+
+  def encode(self, src: Array) -> Array:
+    """src [b, s] -> encoded [b, s, m]."""
+    return self.encoder(src)
+
+  def decode(self, encoded: Array, src: Array, decoder_inputs: Array) -> Array:
+    """Logits [b, t, v] of the next token at each decoder input position.
+
+    Training: decoder_inputs = shift_right(targets), [b, t]. Decoding (`config.decode`):
+    [b, 1], the previous token; the key/value cache lives in the 'cache' collection.
+    """
+    return self.decoder(decoder_inputs, encoded, padding_mask(src))
+
+  def __call__(self, src: Array, targets: Array) -> Array:
+    """Teacher-forced logits [b, t, v] for targets [b, t] given src [b, s]."""
+    encoded = self.encode(src)
+    return self.decode(encoded, src, shift_right(targets))
+
+
+def count_params(params: Any) -> int:
+  """The exact number of scalars in a parameter tree."""
+  return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params)))
+
+
+def init_param_count(config: ModelConfig) -> int:
+  """The exact parameter count of the model, from shapes alone (nothing is allocated)."""
+  dummy = jnp.ones((1, 1), jnp.int32)
+  shapes = jax.eval_shape(lambda: Transformer(config).init(jax.random.PRNGKey(0), dummy, dummy))
+  return count_params(shapes['params'])
+
+
+def closed_form_param_count(c: ModelConfig) -> int:
+  """Parameter count from the architecture alone, to check the model against (Table 3)."""
+  d, d_k, d_v, h = c.d_model, c.key_size, c.value_size, c.num_heads
+  attention = d * h * d_k * 2 + d * h * d_v + h * d_v * d  # W^Q, W^K, W^V, W^O (no biases)
+  ffn = d * c.d_ff + c.d_ff + c.d_ff * d + d  # W_1, b_1, W_2, b_2
+  layer_norm = 2 * d  # gain and bias
+  encoder_layer = attention + ffn + 2 * layer_norm
+  decoder_layer = 2 * attention + ffn + 3 * layer_norm
+  positions = 2 * c.max_len * d if c.positional == 'learned' else 0
+  return c.vocab_size * d + c.num_layers * (encoder_layer + decoder_layer) + positions

@@ -1,0 +1,124 @@
+"""A token-level toy translation task that needs no tokenizer: fast tests and smoke runs.
+
+Target = the source reversed, each token relabelled by a fixed permutation of the
+vocabulary, then EOS. Solving it needs attention to a moving source position.
+Batches are a pure function of (seed, batch number), so resuming is exact.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import ml_collections
+import numpy as np
+
+from t2t_jax.model import PAD_ID
+
+EOS_ID = 1
+FIRST_WORD_ID = 3  # ids 0, 1, 2 are pad, EOS and unknown, as in the SentencePiece vocabulary
+HELD_OUT_BATCH = 2**40  # the dev set's batch number: far beyond any training run
+
+
+def make_pair(rng: np.random.Generator, vocab_size: int, max_length: int,
+              permutation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """One (source, target) pair of ids, each ending with EOS and at most max_length long."""
+  length = int(rng.integers(1, max_length))  # words; EOS makes it ≤ max_length
+  words = rng.integers(FIRST_WORD_ID, vocab_size, size=length)
+  source = np.append(words, EOS_ID)
+  target = np.append(permutation[words[::-1]], EOS_ID)
+  return source.astype(np.int32), target.astype(np.int32)
+
+
+def _permutation(vocab_size: int, seed: int) -> np.ndarray:
+  perm = np.arange(vocab_size)
+  perm[FIRST_WORD_ID:] = np.random.default_rng([seed, 7]).permutation(
+      np.arange(FIRST_WORD_ID, vocab_size))
+  return perm
+
+
+def make_batch(rows: int, vocab_size: int, max_length: int, seed: int, batch_number: int,
+               ) -> dict[str, np.ndarray]:
+  """A global batch [rows, max_length] of pairs, PAD_ID-padded on the right."""
+  rng = np.random.default_rng([seed, batch_number])
+  permutation = _permutation(vocab_size, seed)
+  inputs = np.full((rows, max_length), PAD_ID, np.int32)
+  targets = np.full((rows, max_length), PAD_ID, np.int32)
+  for r in range(rows):
+    source, target = make_pair(rng, vocab_size, max_length, permutation)
+    inputs[r, :len(source)] = source
+    targets[r, :len(target)] = target
+  return {'inputs': inputs, 'targets': targets}
+
+
+def _global_rows(config: ml_collections.ConfigDict, num_devices: int) -> int:
+  rows = config.tokens_per_batch // config.max_length // num_devices * num_devices
+  if rows < num_devices:
+    raise ValueError(f'config.tokens_per_batch={config.tokens_per_batch} is too small for one '
+                     f'row of config.max_length={config.max_length} tokens on each of '
+                     f'{num_devices} devices')
+  return rows
+
+
+class SyntheticIterator:
+  """Endless process-local training batches; its state is the next batch number."""
+
+  def __init__(self, config: ml_collections.ConfigDict, *, num_devices: int,
+               process_index: int, process_count: int):
+    self._config = config
+    self._rows = _global_rows(config, num_devices)
+    self._local = slice(self._rows // process_count * process_index,
+                        self._rows // process_count * (process_index + 1))
+    self._batch_number = 0
+
+  def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    c = self._config
+    batch = make_batch(self._rows, c.vocab_size, c.max_length, c.seed, self._batch_number)
+    self._batch_number += 1
+    return {k: v[self._local] for k, v in batch.items()}
+
+  def get_state(self) -> dict:
+    return {'batch_number': self._batch_number}
+
+  def set_state(self, state: dict) -> None:
+    self._batch_number = int(state['batch_number'])
+
+
+@dataclasses.dataclass
+class SyntheticEvalSet:
+  """Held-out pairs (a batch number no training run reaches); id strings as text."""
+  inputs: np.ndarray
+  targets: np.ndarray
+  num_devices: int
+  process_index: int
+  process_count: int
+
+  @property
+  def sources(self) -> list[str]:
+    return [' '.join(map(str, row[row > EOS_ID])) for row in self.inputs]
+
+  @property
+  def references(self) -> list[str]:
+    return [' '.join(map(str, row[row > EOS_ID])) for row in self.targets]
+
+  def batches(self) -> Iterator[dict[str, np.ndarray]]:
+    rows = len(self.inputs)
+    local = slice(rows // self.process_count * self.process_index,
+                  rows // self.process_count * (self.process_index + 1))
+    index = np.arange(rows, dtype=np.int32)
+    yield {'inputs': self.inputs[local], 'targets': self.targets[local], 'index': index[local]}
+
+
+def get_datasets(config: ml_collections.ConfigDict, *, num_devices: int, process_index: int = 0,
+                 process_count: int = 1):
+  """The `data.Datasets` of the synthetic task: no tokenizer, a train iterator, a dev set."""
+  from t2t_jax import data  # data.py dispatches here; import late to avoid a cycle
+  rows = _global_rows(config, num_devices)
+  held_out = make_batch(rows, config.vocab_size, config.max_length, config.seed, HELD_OUT_BATCH)
+  dev = SyntheticEvalSet(held_out['inputs'], held_out['targets'], num_devices, process_index,
+                         process_count)
+  train = SyntheticIterator(config, num_devices=num_devices, process_index=process_index,
+                            process_count=process_count)
+  return data.Datasets(tokenizer=None, train=train, dev=dev, test=dev)

@@ -1,0 +1,237 @@
+"""Training (§5): the train state, the data-parallel train and eval steps, and the loop.
+
+Data parallelism is the pmap model written with `jax.shard_map` under `jax.jit`: the step
+is a per-device function over a 1-D mesh of all devices (axis 'data'); parameters and
+optimizer state are replicated, each batch is split along its rows, and gradients and
+metrics are summed over the axis. The same code runs on one CPU, 8 GPUs, a TPU slice or
+several hosts: batches enter as process-local numpy arrays and become one global array.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from typing import Any, Callable, Iterable
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from absl import logging
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from t2t_jax import config_lib, losses, optim
+from t2t_jax.model import ModelConfig, Transformer
+
+AXIS = 'data'  # the mesh axis the batch is split over
+
+Batch = dict[str, jax.Array]
+Metrics = dict[str, jax.Array]
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything a training run needs to continue: the step, params, Adam state and RNG."""
+  step: jax.Array  # int32 [], updates done so far
+  params: Any
+  opt_state: optax.OptState
+  rng: jax.Array  # uint32 [2], the run's dropout key; step keys are fold_in(rng, step)
+
+
+def make_mesh(devices: list[jax.Device] | None = None) -> Mesh:
+  """A 1-D mesh of all devices (of every process), named 'data'."""
+  devices = jax.devices() if devices is None else devices
+  return Mesh(np.asarray(devices), (AXIS,))
+
+
+def create_train_state(model: Transformer, tx: optax.GradientTransformation, seed: int,
+                       mesh: Mesh) -> TrainState:
+  """Initialises the parameters and Adam state directly as replicated global arrays."""
+  def init() -> TrainState:
+    params_rng, dropout_rng = jax.random.split(jax.random.PRNGKey(seed))
+    dummy = jnp.ones((1, 1), jnp.int32)
+    params = model.init(params_rng, dummy, dummy)['params']
+    return TrainState(step=jnp.array(0, jnp.int32), params=params, opt_state=tx.init(params),
+                      rng=dropout_rng)
+  return jax.jit(init, out_shardings=NamedSharding(mesh, P()))()
+
+
+def _loss_sums(params: Any, batch: Batch, model: Transformer, label_smoothing: float,
+               rngs: dict[str, jax.Array] | None) -> tuple[jax.Array, losses.LossSums]:
+  logits = model.apply({'params': params}, batch['inputs'], batch['targets'], rngs=rngs)
+  sums = losses.cross_entropy_sums(logits, batch['targets'], label_smoothing=label_smoothing)
+  return sums.loss, sums
+
+
+def _metric_sums(sums: losses.LossSums, batch: Batch) -> Metrics:
+  """Summed over devices; the host divides by the token counts for means."""
+  local = dict(sums._asdict(), num_source_tokens=jnp.sum(batch['inputs'] != 0).astype(jnp.float32))
+  return jax.lax.psum(local, AXIS)
+
+
+def train_step(state: TrainState, batch: Batch, *, model: Transformer,
+               tx: optax.GradientTransformation, label_smoothing: float,
+               ) -> tuple[TrainState, Metrics]:
+  """One Adam update on this device's rows of the global batch (run under shard_map).
+
+  The loss is the sum over the device's real target tokens; the summed gradients are
+  divided by the global token count (psum over devices), so the update is the gradient of
+  the per-token mean over the whole batch, however the batch is split across devices.
+  """
+  rng = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), jax.lax.axis_index(AXIS))
+  # Differentiate w.r.t. a per-device copy of the params: otherwise shard_map's autodiff
+  # already sums the cotangent of a replicated input over the axis, and the psum below
+  # would count every device's gradient `mesh.size` times.
+  local_params = jax.lax.pcast(state.params, AXIS, to='varying')
+  grad_fn = jax.grad(_loss_sums, has_aux=True)
+  grads, sums = grad_fn(local_params, batch, model, label_smoothing, {'dropout': rng})
+  metrics = _metric_sums(sums, batch)
+  grads = jax.tree_util.tree_map(lambda g: jax.lax.psum(g, AXIS) / metrics['num_tokens'], grads)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics['grad_norm'] = optax.tree.norm(grads)
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def eval_step(params: Any, batch: Batch, *, model: Transformer, label_smoothing: float,
+              ) -> Metrics:
+  """Loss sums of this device's rows, summed over devices; no dropout."""
+  _, sums = _loss_sums(params, batch, model, label_smoothing, rngs=None)
+  return _metric_sums(sums, batch)
+
+
+def compile_steps(model_config: ModelConfig, tx: optax.GradientTransformation,
+                  label_smoothing: float, mesh: Mesh) -> tuple[Callable, Callable]:
+  """The train and eval steps as jit(shard_map(...)) over `mesh`: the one place they compile.
+
+  The train step donates the old state: no second copy of params and Adam moments.
+  """
+  train_model = Transformer(model_config)
+  eval_model = Transformer(model_config.replace(deterministic=True))
+  train = jax.shard_map(
+      functools.partial(train_step, model=train_model, tx=tx, label_smoothing=label_smoothing),
+      mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
+  evaluate = jax.shard_map(
+      functools.partial(eval_step, model=eval_model, label_smoothing=label_smoothing),
+      mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=P())
+  return jax.jit(train, donate_argnums=0), jax.jit(evaluate)
+
+
+def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> Batch:
+  """Process-local rows -> one global array per key, split over the 'data' axis."""
+  sharding = NamedSharding(mesh, P(AXIS))
+  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
+
+
+def summarize(sums: dict[str, float]) -> dict[str, float]:
+  """Means from summed metrics: per-token loss, perplexity of the unsmoothed loss, accuracy."""
+  n = max(sums['num_tokens'], 1.0)
+  return {'loss': sums['loss'] / n, 'nll': sums['nll'] / n,
+          'perplexity': float(np.exp(min(sums['nll'] / n, 50.0))), 'accuracy': sums['correct'] / n}
+
+
+def evaluate(eval_fn: Callable, params: Any, batches: Iterable[dict[str, np.ndarray]],
+             mesh: Mesh) -> dict[str, float]:
+  """Loss, perplexity and accuracy over a whole eval set."""
+  totals: dict[str, float] = {}
+  for batch in batches:
+    batch = {k: v for k, v in batch.items() if k in ('inputs', 'targets')}
+    for k, v in jax.device_get(eval_fn(params, shard_batch(batch, mesh))).items():
+      totals[k] = totals.get(k, 0.0) + float(v)
+  return summarize(totals)
+
+
+class MetricWriter:
+  """Appends one JSON object per call to DIR/metrics.jsonl and writes TensorBoard events.
+
+  Only process 0 writes, so several hosts don't write the same file.
+  """
+
+  def __init__(self, workdir: str):
+    self._active = jax.process_index() == 0
+    if not self._active:
+      return
+    from flax.metrics import tensorboard  # imports TensorFlow: only where it is needed
+    os.makedirs(workdir, exist_ok=True)
+    self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
+    self._tb = tensorboard.SummaryWriter(os.path.join(workdir, 'tensorboard'))
+
+  def write(self, step: int, metrics: dict[str, float], prefix: str = '') -> None:
+    if not self._active:
+      return
+    record = {'step': step, **{prefix + k: float(v) for k, v in metrics.items()}}
+    self._jsonl.write(json.dumps(record) + '\n')
+    self._jsonl.flush()
+    for k, v in record.items():
+      if k != 'step':
+        self._tb.scalar(k, v, step)
+    self._tb.flush()
+
+  def close(self) -> None:
+    if self._active:
+      self._jsonl.close()
+      self._tb.close()
+
+
+class Throughput:
+  """Tokens/s, steps/s and ETA between two log points; syncs only when asked."""
+
+  def __init__(self, start_step: int, total_steps: int):
+    self._total, self._step, self._time = total_steps, start_step, time.perf_counter()
+
+  def measure(self, step: int, tokens: float) -> dict[str, float]:
+    now = time.perf_counter()
+    seconds = max(now - self._time, 1e-9)
+    steps_per_s = (step - self._step) / seconds
+    self._step, self._time = step, now
+    return {'tokens_per_s': tokens / seconds, 'steps_per_s': steps_per_s,
+            'eta_minutes': (self._total - step) / max(steps_per_s, 1e-9) / 60}
+
+
+def _log_train(writer: MetricWriter, throughput: Throughput, step: int,
+               pending: list[Metrics], lr_fn: Callable[[int], Any]) -> None:
+  """Sums the steps since the last log (one device sync), then writes and prints them."""
+  totals = jax.tree_util.tree_map(lambda *x: float(np.sum(x)), *jax.device_get(pending))
+  metrics = summarize(totals)
+  metrics['grad_norm'] = totals['grad_norm'] / len(pending)
+  metrics['learning_rate'] = float(lr_fn(step - 1))  # the rate of the last update
+  metrics.update(throughput.measure(step, totals['num_tokens'] + totals['num_source_tokens']))
+  writer.write(step, metrics)
+  logging.info('step %d  loss %.4f  ppl %.2f  lr %.2e  %.0f tokens/s  %.2f steps/s  ETA %.1f min',
+               step, metrics['loss'], metrics['perplexity'], metrics['learning_rate'],
+               metrics['tokens_per_s'], metrics['steps_per_s'], metrics['eta_minutes'])
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
+  """Set up, then loop {step, log, evaluate} until config.num_train_steps, then summarise."""
+  from t2t_jax import data  # the pipeline imports TensorFlow lazily; keep `params` mode light
+  model_config = config_lib.validate(config)
+  mesh = make_mesh()
+  datasets = data.get_datasets(config, workdir, num_devices=mesh.size,
+                               process_index=jax.process_index(),
+                               process_count=jax.process_count())
+  tx = optim.make_optimizer(config)
+  state = create_train_state(Transformer(model_config), tx, config.seed, mesh)
+  train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh)
+  writer = MetricWriter(workdir)
+  lr_fn = optim.learning_rate_schedule(config)
+  step = int(state.step)
+  throughput, pending = Throughput(step, config.num_train_steps), []
+  logging.info('Training %d steps on %d devices.', config.num_train_steps, mesh.size)
+  while step < config.num_train_steps:
+    state, metrics = train_fn(state, shard_batch(next(datasets.train), mesh))
+    step += 1
+    pending.append(metrics)
+    if step % config.log_every_steps == 0 or step == config.num_train_steps:
+      _log_train(writer, throughput, step, pending, lr_fn)
+      pending = []
+    if datasets.dev is not None and (step % config.eval_every_steps == 0
+                                     or step == config.num_train_steps):
+      dev = evaluate(eval_fn, state.params, datasets.dev.batches(), mesh)
+      writer.write(step, dev, prefix='dev_')
+      logging.info('step %d  dev loss %.4f  dev ppl %.2f', step, dev['loss'], dev['perplexity'])
+  writer.close()
+  return state

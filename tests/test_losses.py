@@ -1,0 +1,38 @@
+"""Label-smoothed cross-entropy (§5.4) against a hand computation."""
+import numpy as np
+import pytest
+
+from t2t_jax import losses
+
+
+def test_label_smoothing_matches_hand_computation():
+  # One sequence of three positions over a vocabulary of 4; the last target is padding.
+  logits = np.array([[[2.0, 0.5, -1.0, 0.0], [0.1, 0.2, 0.3, 0.4], [9.0, 9.0, 9.0, 9.0]]],
+                    np.float32)
+  targets = np.array([[2, 3, 0]])
+  eps = 0.1
+  expected_loss = expected_nll = 0.0
+  for t in range(2):  # the real tokens
+    z = logits[0, t].astype(np.float64)
+    log_p = z - np.log(np.sum(np.exp(z)))
+    q = np.full(4, eps / 4)  # (1 - ε)·one_hot + ε / V
+    q[targets[0, t]] += 1 - eps
+    expected_loss += -np.sum(q * log_p)
+    expected_nll += -log_p[targets[0, t]]
+  sums = losses.cross_entropy_sums(logits, targets, label_smoothing=eps)
+  np.testing.assert_allclose(sums.loss, expected_loss, rtol=1e-6)
+  np.testing.assert_allclose(sums.nll, expected_nll, rtol=1e-6)
+  assert float(sums.num_tokens) == 2.0
+  assert float(sums.correct) == 1.0  # argmax of position 1 is 3 = target; position 0 is 0 ≠ 2
+
+
+@pytest.mark.parametrize('eps', [0.0, 0.1, 0.2])
+def test_smoothed_loss_is_minimised_by_the_smoothed_distribution(eps):
+  """The optimum of the smoothed objective is p = q, where it equals the entropy of q."""
+  vocab, target = 5, 3
+  q = np.full(vocab, eps / vocab)
+  q[target] += 1 - eps
+  logits = np.log(np.maximum(q, 1e-30))[None, None].astype(np.float32)
+  sums = losses.cross_entropy_sums(logits, np.array([[target]]), label_smoothing=eps)
+  entropy = -np.sum(q * np.log(np.maximum(q, 1e-30)))
+  np.testing.assert_allclose(sums.loss, entropy, rtol=1e-5, atol=1e-6)

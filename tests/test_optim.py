@@ -1,0 +1,44 @@
+"""The §5.3 learning rate and Adam(0.9, 0.98, 1e-9)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import wmt_ende_base
+from t2t_jax import optim
+
+
+def paper_lrate(step_num, d_model=512, warmup_steps=4000):
+  return d_model ** -0.5 * min(step_num ** -0.5, step_num * warmup_steps ** -1.5)
+
+
+@pytest.mark.parametrize('step_num', [1, 2, 4000, 4001, 100000])
+def test_schedule_matches_formula(step_num):
+  schedule = optim.rsqrt_warmup(512, 4000)
+  np.testing.assert_allclose(schedule(step_num), paper_lrate(step_num), rtol=1e-6)
+
+
+def test_schedule_peaks_at_warmup():
+  schedule = optim.rsqrt_warmup(512, 4000)
+  np.testing.assert_allclose(schedule(4000), 512 ** -0.5 * 4000 ** -0.5, rtol=1e-6)
+  assert schedule(3999) < schedule(4000) > schedule(4001)
+
+
+def test_optimizer_is_adam_with_paper_hyperparameters():
+  """Three updates against a NumPy Adam with β1 0.9, β2 0.98, ε 1e-9 and the schedule."""
+  config = wmt_ende_base.get_config()
+  tx = optim.make_optimizer(config)
+  params = jnp.array([0.5, -1.0, 2.0])
+  state = tx.init(params)
+  m = v = np.zeros(3)
+  expected = np.asarray(params, np.float64)
+  rng = np.random.default_rng(0)
+  for step_num in (1, 2, 3):
+    g = rng.normal(size=3)
+    updates, state = tx.update(jnp.asarray(g, jnp.float32), state, params)
+    params = params + updates
+    m = 0.9 * m + 0.1 * g
+    v = 0.98 * v + 0.02 * g * g
+    m_hat, v_hat = m / (1 - 0.9 ** step_num), v / (1 - 0.98 ** step_num)
+    expected = expected - paper_lrate(step_num) * m_hat / (np.sqrt(v_hat) + 1e-9)
+  np.testing.assert_allclose(params, expected, rtol=1e-5)
