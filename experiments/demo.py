@@ -24,4 +24,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.warmup_steps = 200
   config.log_every_steps = 50
   config.eval_every_steps = 200
+  config.checkpoint_every_steps = 100
+  config.checkpoint_every_minutes = 0.0
+  config.average_last = 5
   return config

@@ -29,7 +29,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.max_length = 256  # sub-word tokens per side; longer pairs are dropped (and counted)
   config.tokens_per_batch = 25000  # ~25000 source and 25000 target tokens a batch, §5.1
   config.eval_tokens_per_batch = 8192
-  config.shuffle_buffer_size = 100_000
+  # Padded lengths: multiples of 4 growing ~10% a bucket. The shorter side of a
+  # pair sits at most `bucket_band` buckets below the longer one (0 = pad both to
+  # the longer, as tensor2tensor): larger = less padding, more compiled shapes.
+  config.bucket_growth = 1.1
+  config.bucket_band = 2
 
   # ----- Model (§3; Table 3 "base") -----
   config.model = ml_collections.ConfigDict()
@@ -56,4 +60,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.seed = 0
   config.log_every_steps = 100
   config.eval_every_steps = 1000  # dev loss and perplexity on newstest2013
+
+  # ----- Checkpoints and averaging (§5.2, §6.1) -----
+  config.checkpoint_every_minutes = 10.0  # §5.2: "checkpoints, written at 10-minute intervals"
+  config.checkpoint_every_steps = 0  # 0: by time only
+  config.keep_checkpoints = 20  # enough to average the last 20 (big)
+  config.average_last = 5  # §6.1: base averages the last 5 checkpoints
+  config.average_allow_fewer = False  # True: average what exists (with a warning)
   return config

@@ -11,4 +11,5 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.num_heads = 16  # Table 3 "big"; d_k = d_v = 1024 / 16 = 64
   config.model.dropout_rate = 0.3  # P_drop for big EN→DE, Table 3 and §6.1
   config.num_train_steps = 300_000  # §5.2
+  config.average_last = 20  # §6.1: big averages the last 20 checkpoints
   return config

@@ -32,7 +32,12 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
   for key in ('num_train_steps', 'warmup_steps', 'log_every_steps', 'eval_every_steps',
               'tokens_per_batch', 'max_length'):
     _positive_int(config, key)
-  if not 0.0 <= config.label_smoothing < 1.0:
+  for key in ('keep_checkpoints', 'average_last'):
+    _positive_int(config, key)
+  for key in ('checkpoint_every_steps', 'checkpoint_every_minutes'):
+    if not config[key] >= 0:
+      raise ValueError(f'config.{key}: must be ≥ 0 (0 = off), got {config[key]!r}')
+  if not config.label_smoothing >= 0.0 or not config.label_smoothing < 1.0:
     raise ValueError(f'config.label_smoothing: must be in [0, 1), got {config.label_smoothing!r}')
   for key, low, high in (('adam_beta1', 0.0, 1.0), ('adam_beta2', 0.0, 1.0)):
     if not low <= config[key] < high:

@@ -4,10 +4,13 @@ Parses flags and dispatches; the work happens in the modules named for each mode
 """
 from __future__ import annotations
 
+import logging as python_logging
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-MODES = ('train', 'params')
+MODES = ('train', 'params', 'average')
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file, e.g. '
                                 'experiments/wmt_ende_base.py (or table3.py:ROW).',
@@ -16,13 +19,32 @@ flags.DEFINE_string('workdir', None, 'Directory for checkpoints, vocabulary and 
 flags.DEFINE_enum('mode', 'train', MODES, 'What to do.')
 flags.DEFINE_bool('distributed', False, 'Call jax.distributed.initialize() first (multi-host '
                   'runs: TPU pods, Slurm, or JAX_COORDINATOR_ADDRESS and friends set).')
+flags.DEFINE_bool('traceback', False, 'Show the full traceback of an error.')
 flags.mark_flags_as_required(['config'])
 FLAGS = flags.FLAGS
+
+
+class _QuietLibraries(python_logging.Filter):
+  """Drops orbax's per-file INFO chatter; its warnings and errors still show."""
+
+  def filter(self, record) -> bool:
+    return record.levelno >= python_logging.WARNING or '/orbax/' not in record.pathname
 
 
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  logging.get_absl_handler().python_handler.addFilter(_QuietLibraries())
+  try:
+    _dispatch()
+  except (ValueError, FileNotFoundError, FloatingPointError) as e:
+    if FLAGS.traceback:
+      raise
+    # Config and data mistakes get their message, not a traceback (--traceback shows it).
+    sys.exit(f't2t_jax: error: {e}')
+
+
+def _dispatch() -> None:
   if FLAGS.mode == 'params':
     from t2t_jax import config_lib, model
     print(f'params: {model.init_param_count(config_lib.validate(FLAGS.config))}')
@@ -32,6 +54,12 @@ def main(argv: list[str]) -> None:
   if FLAGS.distributed:
     import jax
     jax.distributed.initialize()
+  if FLAGS.mode == 'average':
+    from t2t_jax import checkpoints
+    step, steps = checkpoints.average_checkpoints(FLAGS.workdir, FLAGS.config.average_last,
+                                                  allow_fewer=FLAGS.config.average_allow_fewer)
+    print(f'averaged checkpoints {steps} into {FLAGS.workdir}/averaged/{step}')
+    return
   logging.info('Config:\n%s', FLAGS.config)
   from t2t_jax import train
   train.train_and_evaluate(FLAGS.config, FLAGS.workdir)

@@ -11,7 +11,10 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
+import sys
 import time
+import types
 from typing import Any, Callable, Iterable
 
 import flax
@@ -23,7 +26,7 @@ import optax
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from t2t_jax import config_lib, losses, optim
+from t2t_jax import checkpoints, config_lib, losses, optim
 from t2t_jax.model import ModelConfig, Transformer
 
 AXIS = 'data'  # the mesh axis the batch is split over
@@ -154,26 +157,31 @@ class MetricWriter:
     self._active = jax.process_index() == 0
     if not self._active:
       return
-    from flax.metrics import tensorboard  # imports TensorFlow: only where it is needed
+    # TensorBoard's event writer imports TensorFlow (~6 s) unless its 'notf' marker module
+    # exists; without it, it uses its own stub, which is all a scalar writer needs.
+    sys.modules.setdefault('tensorboard.compat.notf', types.ModuleType('tensorboard.compat.notf'))
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
     os.makedirs(workdir, exist_ok=True)
     self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
-    self._tb = tensorboard.SummaryWriter(os.path.join(workdir, 'tensorboard'))
+    self._events = EventFileWriter(os.path.join(workdir, 'tensorboard'))
 
   def write(self, step: int, metrics: dict[str, float], prefix: str = '') -> None:
     if not self._active:
       return
+    from tensorboard.compat.proto import event_pb2, summary_pb2
     record = {'step': step, **{prefix + k: float(v) for k, v in metrics.items()}}
     self._jsonl.write(json.dumps(record) + '\n')
     self._jsonl.flush()
-    for k, v in record.items():
-      if k != 'step':
-        self._tb.scalar(k, v, step)
-    self._tb.flush()
+    values = [summary_pb2.Summary.Value(tag=k, simple_value=v)
+              for k, v in record.items() if k != 'step']
+    self._events.add_event(event_pb2.Event(wall_time=time.time(), step=step,
+                                           summary=summary_pb2.Summary(value=values)))
+    self._events.flush()
 
   def close(self) -> None:
     if self._active:
       self._jsonl.close()
-      self._tb.close()
+      self._events.close()
 
 
 class Throughput:
@@ -191,6 +199,22 @@ class Throughput:
             'eta_minutes': (self._total - step) / max(steps_per_s, 1e-9) / 60}
 
 
+class TrainingDiverged(FloatingPointError):
+  """The loss became NaN or infinite; the latest checkpoint is still the last good one."""
+
+
+def _check_finite(pending: list[Metrics], step: int, checkpointer: checkpoints.Checkpointer,
+                  ) -> None:
+  losses_seen = np.asarray(jax.device_get([m['loss'] for m in pending]))
+  if not np.all(np.isfinite(losses_seen)):
+    bad = step - len(pending) + 1 + int(np.argmin(np.isfinite(losses_seen)))
+    raise TrainingDiverged(
+        f'The training loss became non-finite at step {bad}. Nothing after it was saved: '
+        f'the latest checkpoint (step {checkpointer.latest_step()}) is the last good one. '
+        'Lower the learning rate (config.learning_rate_scale), lengthen config.warmup_steps '
+        'or use float32 (config.model.dtype) before resuming.')
+
+
 def _log_train(writer: MetricWriter, throughput: Throughput, step: int,
                pending: list[Metrics], lr_fn: Callable[[int], Any]) -> None:
   """Sums the steps since the last log (one device sync), then writes and prints them."""
@@ -203,10 +227,34 @@ def _log_train(writer: MetricWriter, throughput: Throughput, step: int,
   logging.info('step %d  loss %.4f  ppl %.2f  lr %.2e  %.0f tokens/s  %.2f steps/s  ETA %.1f min',
                step, metrics['loss'], metrics['perplexity'], metrics['learning_rate'],
                metrics['tokens_per_s'], metrics['steps_per_s'], metrics['eta_minutes'])
+  return metrics
+
+
+class StopSignals:
+  """SIGTERM and SIGINT ask the loop to save a checkpoint and exit; a second SIGINT exits now."""
+
+  def __enter__(self) -> StopSignals:
+    self.requested = None
+    self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    return self
+
+  def _handle(self, signum, frame) -> None:
+    if self.requested == signal.SIGINT and signum == signal.SIGINT:
+      raise KeyboardInterrupt
+    self.requested = signum
+    logging.warning('Received %s: saving a checkpoint, then exiting.', signal.Signals(signum).name)
+
+  def __exit__(self, *exc) -> None:
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
+def _is_due(step: int, every: int, last: int) -> bool:
+  return (every > 0 and step % every == 0) or step == last
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
-  """Set up, then loop {step, log, evaluate} until config.num_train_steps, then summarise."""
+  """Set up, restore, loop {step, log, evaluate, checkpoint}, finish."""
   from t2t_jax import data  # the pipeline imports TensorFlow lazily; keep `params` mode light
   model_config = config_lib.validate(config)
   mesh = make_mesh()
@@ -215,23 +263,60 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
                                process_count=jax.process_count())
   tx = optim.make_optimizer(config)
   state = create_train_state(Transformer(model_config), tx, config.seed, mesh)
+  checkpointer = checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints,
+                                          every_steps=config.checkpoint_every_steps,
+                                          every_minutes=config.checkpoint_every_minutes)
+  state = _restore(checkpointer, state, datasets.train)
   train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh)
-  writer = MetricWriter(workdir)
-  lr_fn = optim.learning_rate_schedule(config)
-  step = int(state.step)
-  throughput, pending = Throughput(step, config.num_train_steps), []
-  logging.info('Training %d steps on %d devices.', config.num_train_steps, mesh.size)
-  while step < config.num_train_steps:
-    state, metrics = train_fn(state, shard_batch(next(datasets.train), mesh))
-    step += 1
-    pending.append(metrics)
-    if step % config.log_every_steps == 0 or step == config.num_train_steps:
-      _log_train(writer, throughput, step, pending, lr_fn)
-      pending = []
-    if datasets.dev is not None and (step % config.eval_every_steps == 0
-                                     or step == config.num_train_steps):
-      dev = evaluate(eval_fn, state.params, datasets.dev.batches(), mesh)
-      writer.write(step, dev, prefix='dev_')
-      logging.info('step %d  dev loss %.4f  dev ppl %.2f', step, dev['loss'], dev['perplexity'])
+  writer, lr_fn = MetricWriter(workdir), optim.learning_rate_schedule(config)
+  step, last = int(state.step), config.num_train_steps
+  throughput, pending, summary = Throughput(step, last), [], {}
+  logging.info('Training steps %d..%d on %d devices.', step + 1, last, mesh.size)
+  with StopSignals() as stop:
+    while step < last and stop.requested is None:
+      state, metrics = train_fn(state, shard_batch(next(datasets.train), mesh))
+      step += 1
+      pending.append(metrics)
+      if _is_due(step, config.log_every_steps, last):
+        _check_finite(pending, step, checkpointer)
+        summary.update(_log_train(writer, throughput, step, pending, lr_fn))
+        pending = []
+      if datasets.dev is not None and _is_due(step, config.eval_every_steps, last):
+        summary.update(_evaluate_dev(eval_fn, state.params, datasets.dev, mesh, writer, step))
+      if checkpointer.should_save(step) or step == last or stop.requested is not None:
+        _check_finite(pending, step, checkpointer)
+        checkpointer.save(state, datasets.train.get_state())
+  checkpointer.close()
   writer.close()
+  _log_summary(summary, step, last, checkpointer, stop.requested)
   return state
+
+
+def _restore(checkpointer: checkpoints.Checkpointer, state: TrainState, train_iter: Any,
+             ) -> TrainState:
+  restored = checkpointer.restore_latest(state)
+  if restored is None:
+    return state
+  state, data_state = restored
+  train_iter.set_state(data_state)
+  logging.info('Resuming at step %d.', int(state.step))
+  return state
+
+
+def _evaluate_dev(eval_fn: Callable, params: Any, dev: Any, mesh: Mesh, writer: MetricWriter,
+                  step: int) -> dict[str, float]:
+  metrics = evaluate(eval_fn, params, dev.batches(), mesh)
+  writer.write(step, metrics, prefix='dev_')
+  logging.info('step %d  dev loss %.4f  dev ppl %.2f  dev accuracy %.3f', step, metrics['loss'],
+               metrics['perplexity'], metrics['accuracy'])
+  return {f'dev_{k}': v for k, v in metrics.items()}
+
+
+def _log_summary(summary: dict[str, float], step: int, last: int,
+                 checkpointer: checkpoints.Checkpointer, signum: int | None) -> None:
+  how = (f'stopped by {signal.Signals(signum).name} at step {step}' if signum is not None
+         else f'finished {step} steps')
+  shown = ', '.join(f'{k} {v:.4g}' for k, v in summary.items()
+                    if k in ('loss', 'perplexity', 'dev_loss', 'dev_perplexity', 'dev_accuracy'))
+  logging.info('Training %s (of %d); %s; latest checkpoint: %s/%s', how, last, shown or 'no metrics',
+               checkpointer.directory, checkpointer.latest_step())

@@ -133,7 +133,13 @@ def test_train_mode_writes_metrics(tmp_path):
     assert {'loss', 'learning_rate', 'tokens_per_s', 'perplexity'} <= set(r)
     assert r['tokens_per_s'] > 0 and np.isfinite(r['loss'])
   assert any('dev_loss' in r for r in records)
-  assert any(name.startswith('events') for name in os.listdir(tmp_path / 'tensorboard'))
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+  events = EventAccumulator(str(tmp_path / 'tensorboard'))
+  events.Reload()
+  assert [e.step for e in events.Scalars('loss')] == [10, 20]
+  np.testing.assert_allclose([e.value for e in events.Scalars('loss')],
+                             [r['loss'] for r in train_records], rtol=1e-6)
+  assert 'dev_loss' in events.Tags()['scalars']
 
 
 def test_unknown_override_fails_before_training(tmp_path):

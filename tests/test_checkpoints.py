@@ -1,0 +1,210 @@
+"""Checkpoints: exact resume after a stop or a kill, fallback past a corrupt checkpoint,
+averaging, and the divergence guard."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from experiments import demo
+from t2t_jax import checkpoints, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 12
+
+
+def tiny_config(**overrides):
+  config = demo.get_config()
+  config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4)
+  config.vocab_size, config.max_length, config.tokens_per_batch = 40, 12, 16 * 12
+  config.warmup_steps = 10
+  config.num_train_steps = STEPS
+  config.log_every_steps = 4
+  config.eval_every_steps = STEPS
+  config.checkpoint_every_steps = 4
+  config.checkpoint_every_minutes = 0.0
+  config.update(overrides)
+  return config
+
+
+def latest_state_arrays(workdir):
+  """Params and Adam state of the latest checkpoint, as host numpy trees."""
+  config = tiny_config()
+  mesh = train.make_mesh(jax.devices()[:1])
+  from t2t_jax import config_lib, optim
+  from t2t_jax.model import Transformer
+  tx = optim.make_optimizer(config)
+  template = train.create_train_state(Transformer(config_lib.validate(config)), tx, 0, mesh)
+  checkpointer = checkpoints.Checkpointer(workdir, keep=50)
+  state, data_state = checkpointer.restore_latest(template)
+  checkpointer.close()
+  return jax.device_get((state.params, state.opt_state, state.step)), data_state
+
+
+def assert_trees_equal(a, b):
+  """Bitwise: resuming must not change a single bit on CPU."""
+  jax.tree_util.tree_map(np.testing.assert_array_equal, a, b)
+
+
+@pytest.fixture(scope='module')
+def straight_run(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp('straight'))
+  train.train_and_evaluate(tiny_config(), workdir)
+  return latest_state_arrays(workdir)
+
+
+def test_stop_and_resume_is_bitwise_identical(tmp_path, straight_run):
+  train.train_and_evaluate(tiny_config(num_train_steps=STEPS // 2), str(tmp_path))
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 6]
+  train.train_and_evaluate(tiny_config(), str(tmp_path))
+  resumed = latest_state_arrays(str(tmp_path))
+  assert_trees_equal(resumed, straight_run)
+  assert resumed[1] == {'batch_number': STEPS}
+
+
+def run_main(workdir, *overrides, prelude='', wait=True):
+  """`python -m t2t_jax.main` on the tiny config; `prelude` runs first (to patch things)."""
+  c = tiny_config()
+  args = ['--config=experiments/demo.py', f'--workdir={workdir}',
+          '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
+          f'--config.vocab_size={c.vocab_size}', f'--config.max_length={c.max_length}',
+          f'--config.tokens_per_batch={c.tokens_per_batch}', '--config.warmup_steps=10',
+          f'--config.num_train_steps={STEPS}', '--config.log_every_steps=4',
+          f'--config.eval_every_steps={STEPS}', '--config.checkpoint_every_steps=4',
+          '--config.checkpoint_every_minutes=0', *overrides]
+  code = (f'import sys; sys.argv = ["t2t_jax"] + {args!r}\n{prelude}\n'
+          'from absl import app\nfrom t2t_jax import main\napp.run(main.main)\n')
+  # The same 8 devices as this process (conftest.py), so runs here and there match bitwise.
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8')
+  proc = subprocess.Popen([sys.executable, '-c', code], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  if wait:
+    out, err = proc.communicate(timeout=600)
+    return proc.returncode, err
+  return proc
+
+
+# Kills the process from inside orbax's background writer, while checkpoint 8 is on disk
+# only as a temporary directory: the hardest moment for a crash.
+KILL_DURING_SAVE = '''
+import os, signal
+import orbax.checkpoint as ocp
+_save_fn = ocp.JsonCheckpointHandler._save_fn
+def _dying_save_fn(self, item, directory):
+  if item.get('batch_number') == 8:
+    os.kill(os.getpid(), signal.SIGKILL)
+  return _save_fn(self, item, directory)
+ocp.JsonCheckpointHandler._save_fn = _dying_save_fn
+'''
+
+
+def test_killed_while_writing_a_checkpoint_resumes_identically(tmp_path, straight_run):
+  code, _ = run_main(tmp_path, prelude=KILL_DURING_SAVE)
+  assert code == -signal.SIGKILL
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == [4]  # 8 never completed
+  assert any('tmp' in name for name in os.listdir(tmp_path / 'checkpoints'))
+  code, err = run_main(tmp_path)  # the same command again
+  assert code == 0, err[-3000:]
+  assert 'Resuming at step 4' in err
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8, 12]
+  assert_trees_equal(latest_state_arrays(str(tmp_path)), straight_run)
+
+
+def test_sigkill_at_any_moment_then_rerun(tmp_path, straight_run):
+  proc = run_main(tmp_path, wait=False)
+  deadline = time.time() + 300
+  while not checkpoints.checkpoint_steps(str(tmp_path)) and time.time() < deadline:
+    time.sleep(0.01)
+  proc.send_signal(signal.SIGKILL)
+  proc.communicate()
+  code, err = run_main(tmp_path)
+  assert code == 0, err[-3000:]
+  assert_trees_equal(latest_state_arrays(str(tmp_path)), straight_run)
+
+
+def test_sigterm_saves_a_checkpoint_before_exiting(tmp_path):
+  proc = run_main(tmp_path, '--config.num_train_steps=100000', '--config.log_every_steps=1',
+                  '--config.checkpoint_every_steps=0', wait=False)
+  metrics = tmp_path / 'metrics.jsonl'
+  deadline = time.time() + 300
+  while not (metrics.exists() and metrics.read_text().count('\n') >= 3) and time.time() < deadline:
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGTERM)
+  _, err = proc.communicate(timeout=300)
+  assert proc.returncode == 0, err[-3000:]
+  steps = checkpoints.checkpoint_steps(str(tmp_path))
+  assert len(steps) == 1 and steps[0] >= 3
+  (_, _, step), data_state = latest_state_arrays(str(tmp_path))
+  assert int(step) == steps[0] and data_state == {'batch_number': steps[0]}
+  assert 'stopped by SIGTERM' in err
+
+
+def test_corrupt_latest_checkpoint_falls_back(tmp_path, caplog):
+  train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8]
+  for root, _, files in os.walk(tmp_path / 'checkpoints' / '8' / 'params'):
+    for name in files:
+      with open(os.path.join(root, name), 'r+b') as f:
+        f.truncate(3)  # a torn write
+  (_, _, step), data_state = latest_state_arrays(str(tmp_path))
+  assert int(step) == 4 and data_state == {'batch_number': 4}
+  assert 'Checkpoint 8' in caplog.text and 'unreadable' in caplog.text
+
+
+def test_averaging_is_the_arithmetic_mean(tmp_path):
+  workdir = str(tmp_path)
+  train.train_and_evaluate(tiny_config(), workdir)
+  steps = checkpoints.checkpoint_steps(workdir)
+  assert steps == [4, 8, 12]
+  trees = [checkpoints._restore_params(os.path.join(workdir, 'checkpoints'), s, None)
+           for s in steps]
+  step, averaged_steps = checkpoints.average_checkpoints(workdir, 3)
+  assert (step, averaged_steps) == (12, [4, 8, 12])
+  averaged, source = checkpoints.load_params(workdir)
+  assert source == 'averaged/12'
+  expected = jax.tree_util.tree_map(lambda *xs: np.mean(np.stack(xs).astype(np.float64), 0),
+                                    *trees)
+  jax.tree_util.tree_map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7),
+                         averaged, expected)
+  # Averaging one checkpoint is the identity.
+  checkpoints.average_checkpoints(workdir, 1)
+  assert_trees_equal(checkpoints.load_params(workdir)[0], trees[-1])
+
+
+def test_averaging_fewer_checkpoints_than_asked(tmp_path):
+  workdir = str(tmp_path)
+  train.train_and_evaluate(tiny_config(num_train_steps=8), workdir)
+  with pytest.raises(ValueError, match='average_last=5.*only 2'):
+    checkpoints.average_checkpoints(workdir, 5)
+  assert checkpoints.checkpoint_steps(workdir, checkpoints.AVERAGED) == []
+  assert checkpoints.average_checkpoints(workdir, 5, allow_fewer=True) == (8, [4, 8])
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+  config = tiny_config(num_train_steps=40, log_every_steps=1, checkpoint_every_steps=2,
+                       learning_rate_scale=1e12)
+  with pytest.raises(train.TrainingDiverged, match='non-finite at step') as info:
+    train.train_and_evaluate(config, str(tmp_path))
+  bad_step = int(str(info.value).split('step ')[1].split('.')[0])
+  steps = checkpoints.checkpoint_steps(str(tmp_path))
+  assert all(s < bad_step for s in steps)
+  if steps:
+    (params, _, _), _ = latest_state_arrays(str(tmp_path))
+    assert all(np.all(np.isfinite(x)) for x in jax.tree_util.tree_leaves(params))
+
+
+@pytest.mark.parametrize('override,message', [
+    ('--config.model.n_layers=3', 'n_layers'),
+    ('--config.model.d_model=100', 'config.model.d_k'),  # 100 / 8 heads, d_k unset
+    ('--config.model.dropout_rate=-0.1', 'config.model.dropout_rate'),
+])
+def test_config_mistakes_fail_before_compiling(tmp_path, override, message):
+  extra = ['--config.model.num_heads=8'] if 'd_model' in override else []
+  code, err = run_main(tmp_path, override, *extra)
+  assert code != 0 and message in err
+  assert not os.path.exists(tmp_path / 'checkpoints')
