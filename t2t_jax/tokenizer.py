@@ -1,0 +1,166 @@
+"""The shared source-target sub-word vocabulary of §5.1.
+
+The paper encodes EN-DE with "byte-pair encoding, which has a shared source-target
+vocabulary of about 37000 tokens" and EN-FR with "a 32000 word-piece vocabulary".
+Both become one SentencePiece BPE model here, trained on a bounded sample of both
+sides of the training data, saved in the workdir and reused on every restart.
+
+Choices the paper leaves open:
+  * id 0 is padding (the model also feeds it as the decoder's start symbol),
+    1 is end-of-sentence, 2 is unknown; there is no beginning-of-sentence id;
+  * byte fallback: a character outside the vocabulary becomes its UTF-8 bytes,
+    so decode(encode(s)) returns s instead of ' ⁇ ';
+  * text is normalised with SentencePiece's default `nmt_nfkc` rule (NFKC,
+    whitespace runs collapsed, leading/trailing whitespace removed).
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import sentencepiece as spm
+from absl import logging
+
+PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+
+# Rare characters (0.01% of the sample) go to byte pieces instead of using up
+# vocabulary entries; byte fallback keeps them decodable.
+_CHARACTER_COVERAGE = 0.9999
+# Fixed, so that runs differing only in config.seed train the same vocabulary.
+_SAMPLE_SEED = 0
+
+
+class Tokenizer:
+  """A SentencePiece model with EOS appended on encode and stripped on decode."""
+
+  def __init__(self, model_path: str):
+    self.model_path = model_path
+    self._sp = spm.SentencePieceProcessor(model_file=model_path)
+    ids = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id())
+    if ids != (PAD_ID, EOS_ID, UNK_ID):
+      raise ValueError(
+          f'{model_path}: (pad, eos, unk) ids are {ids}, expected '
+          f'{(PAD_ID, EOS_ID, UNK_ID)}; it was not trained by t2t_jax.tokenizer. '
+          'Delete it or use a fresh --workdir.')
+    self.vocab_size: int = self._sp.get_piece_size()
+    # Of the pieces, not the file: the file also records the temporary path it
+    # was trained in, and identical vocabularies must match (e.g. across hosts).
+    pieces = '\n'.join(self._sp.id_to_piece(i) for i in range(self.vocab_size))
+    self.fingerprint: str = hashlib.sha256(pieces.encode()).hexdigest()[:16]
+
+  def encode(self, text: str) -> list[int]:
+    """Sub-word ids of `text`, with EOS appended."""
+    return self._sp.encode(text, add_eos=True)
+
+  def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    """`encode` of many sentences at once, on all cores (much faster than a loop)."""
+    return self._sp.encode(list(texts), add_eos=True, num_threads=os.cpu_count() or 1)
+
+  def decode(self, ids: Any) -> str:
+    """Text of `ids` up to the first EOS; PAD is ignored.
+
+    Ids beyond the vocabulary (a model may pad its embedding table) decode as
+    unknown rather than crash an evaluation.
+    """
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    eos = np.flatnonzero(ids == EOS_ID)
+    if eos.size:
+      ids = ids[:eos[0]]
+    ids = ids[ids != PAD_ID]
+    ids = np.where((ids < 0) | (ids >= self.vocab_size), UNK_ID, ids)
+    return self._sp.decode(ids.tolist())
+
+
+def load_or_train(config: Any, workdir: str,
+                  sample_texts: Callable[[], Iterable[str]]) -> Tokenizer:
+  """Loads <workdir>/vocab/spm.model, training it first if it does not exist.
+
+  Args:
+    config: uses `vocab_size` and `vocab_sample_sentences`.
+    workdir: the run's directory; the model goes to `vocab/spm.model` (+ `.vocab`).
+    sample_texts: called only when training is needed; yields sentences of both
+      languages. At most `config.vocab_sample_sentences` of them are kept, by a
+      seeded uniform (reservoir) sample, so memory stays bounded on WMT.
+
+  Raises:
+    ValueError: an existing model's size differs from `config.vocab_size`; it
+      is never retrained silently, since the checkpoints depend on its ids.
+  """
+  vocab_dir = os.path.join(workdir, 'vocab')
+  model_path = os.path.join(vocab_dir, 'spm.model')
+  if not os.path.exists(model_path):
+    sample = reservoir_sample(sample_texts(), config.vocab_sample_sentences,
+                              seed=_SAMPLE_SEED)
+    _train(sample, config.vocab_size, vocab_dir)
+  tokenizer = Tokenizer(model_path)
+  if tokenizer.vocab_size != config.vocab_size:
+    raise ValueError(
+        f'config.vocab_size={config.vocab_size}, but the vocabulary already in '
+        f'the workdir, {model_path}, has {tokenizer.vocab_size} pieces. Set '
+        f'--config.vocab_size={tokenizer.vocab_size} to keep it, or use a fresh '
+        '--workdir (checkpoints there depend on its ids).')
+  logging.info('Vocabulary: %s (%d pieces, sha256 %s)', model_path,
+               tokenizer.vocab_size, tokenizer.fingerprint)
+  return tokenizer
+
+
+def reservoir_sample(items: Iterable[str], k: int, *, seed: int) -> list[str]:
+  """A uniform sample of k items in one pass (Li's "Algorithm L").
+
+  It skips geometrically many items between replacements, so the cost is one
+  pass over `items` plus O(k log(n / k)) random draws.
+  """
+  rng = random.Random(seed)
+  iterator = iter(items)
+  reservoir = [item for _, item in zip(range(k), iterator)]
+  if len(reservoir) < k:
+    return reservoir
+
+  def uniform() -> float:  # in (0, 1): keeps the logarithms finite
+    return min(max(rng.random(), 1e-300), 1 - 1e-16)
+
+  w = math.exp(math.log(uniform()) / k)
+  while True:
+    skip = math.floor(math.log(uniform()) / math.log1p(-w))
+    item = next(itertools.islice(iterator, skip, None), None)
+    if item is None:
+      return reservoir
+    reservoir[rng.randrange(k)] = item
+    w *= math.exp(math.log(uniform()) / k)
+
+
+def _train(sample: list[str], vocab_size: int, vocab_dir: str) -> None:
+  """Trains the BPE model into a temporary folder, then moves it into place."""
+  os.makedirs(vocab_dir, exist_ok=True)
+  logging.info('Training a %d-piece BPE vocabulary on %d sentences', vocab_size,
+               len(sample))
+  tmp_dir = tempfile.mkdtemp(prefix='.tmp-spm-', dir=vocab_dir)
+  try:
+    try:
+      spm.SentencePieceTrainer.train(
+          sentence_iterator=iter(sample),
+          model_prefix=os.path.join(tmp_dir, 'spm'),
+          model_type='bpe',
+          vocab_size=vocab_size,
+          pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
+          character_coverage=_CHARACTER_COVERAGE,
+          byte_fallback=True,
+          num_threads=os.cpu_count() or 1,
+          minloglevel=1)
+    except RuntimeError as e:
+      raise ValueError(
+          f'SentencePiece could not train a vocabulary of config.vocab_size='
+          f'{vocab_size} pieces from {len(sample)} sentences: {e}') from e
+    # The .model file appears last: its existence means the vocabulary is complete.
+    for name in ('spm.vocab', 'spm.model'):
+      os.replace(os.path.join(tmp_dir, name), os.path.join(vocab_dir, name))
+  finally:
+    shutil.rmtree(tmp_dir, ignore_errors=True)

@@ -1,0 +1,408 @@
+"""Tests of the §5.1 input pipeline: sources, filtering, buckets, resume, sharding."""
+import collections
+import json
+import os
+import random
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+
+import t2t_jax
+from experiments import wmt_ende_base
+from t2t_jax import data
+from t2t_jax.tokenizer import EOS_ID, PAD_ID
+
+MAX_LENGTH = 40
+TOKENS_PER_BATCH = 480
+
+
+def corpus(n: int, seed: int) -> tuple[list[str], list[str]]:
+  """Sentence pairs of correlated lengths, some empty, some too long."""
+  rng = random.Random(seed)
+  syllables = ['the', 'ing', 'er', 'sch', 'ü', 'an', 'ke', 'lo', 'mi', 'st',
+               'ein', 'ch', 'ta', 'ri', 'on', 'qu']
+  words = [''.join(rng.choices(syllables, k=rng.randint(1, 3))) for _ in range(200)]
+  sources, targets = [], []
+  for i in range(n):
+    length = rng.choice([rng.randint(1, 4), rng.randint(1, 9), rng.randint(5, 15)])
+    target_length = max(1, round(length * rng.uniform(0.7, 1.4)))
+    sources.append(' '.join(rng.choices(words, k=length)) + '.')
+    targets.append(' '.join(rng.choices(words, k=target_length)) + '!')
+    if i % 97 == 5:
+      (sources if i % 2 else targets)[-1] = '  '  # an empty side
+  return sources, targets
+
+
+def write_pair(prefix, sources, targets, langs=('en', 'de')):
+  for lang, lines in zip(langs, (sources, targets)):
+    with open(f'{prefix}.{lang}', 'w', encoding='utf-8') as f:
+      f.write(''.join(line + '\n' for line in lines))
+
+
+def make_config(tmp_path, n_train=600, **overrides):
+  config = wmt_ende_base.get_config()
+  config.dataset = 'files'
+  for split, n, seed in (('train', n_train, 0), ('dev', 60, 1), ('test', 50, 2)):
+    write_pair(tmp_path / split, *corpus(n, seed))
+    config[f'{split}_files'] = str(tmp_path / split)
+  config.vocab_size = 300
+  config.vocab_sample_sentences = 2000
+  config.max_length = MAX_LENGTH
+  config.tokens_per_batch = TOKENS_PER_BATCH
+  config.eval_tokens_per_batch = 256
+  config.update(overrides)
+  return config
+
+
+def rows_of(array):
+  """Each row's ids without the padding, as a hashable tuple."""
+  return [tuple(int(i) for i in row[row != PAD_ID]) for row in array]
+
+
+def one_epoch(train):
+  state = train.get_state()
+  assert state['batch'] == 0
+  batches = [next(train) for _ in range(train.plan(state['epoch']).num_batches)]
+  assert train.get_state()['epoch'] == state['epoch'] + 1  # exactly one epoch
+  return batches
+
+
+def expected_pairs(ds, config):
+  """Independently: encode the raw training text, keep what §5.1's filter keeps."""
+  sources, targets = (open(f'{config.train_files}.{lang}', encoding='utf-8').read()
+                      .split('\n')[:-1] for lang in ('en', 'de'))
+  pairs = [(tuple(ds.tokenizer.encode(s)), tuple(ds.tokenizer.encode(t)))
+           for s, t in zip(sources, targets)]
+  return collections.Counter(
+      p for p in pairs if 1 < len(p[0]) <= MAX_LENGTH and 1 < len(p[1]) <= MAX_LENGTH)
+
+
+@pytest.fixture(scope='module')
+def files_run(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp('files')
+  config = make_config(tmp)
+  ds = data.get_datasets(config, str(tmp / 'workdir'), num_devices=1)
+  return config, ds, str(tmp / 'workdir')
+
+
+@pytest.mark.parametrize('num_devices', [1, 4])
+@pytest.mark.parametrize('band', [0, 2])
+def test_an_epoch_holds_every_kept_pair_exactly_once(tmp_path, files_run, num_devices, band):
+  config, ds, workdir = files_run
+  config = config.copy_and_resolve_references()
+  config.bucket_band = band
+  train = data.get_datasets(config, workdir, num_devices=num_devices).train
+  expected = expected_pairs(ds, config)
+  assert 450 < sum(expected.values()) < 590  # the corpus does exercise the filter
+  for _ in range(2):  # and again in the second, reshuffled epoch
+    got = collections.Counter()
+    for batch in one_epoch(train):
+      got.update(p for p in zip(rows_of(batch['inputs']), rows_of(batch['targets'])) if p[0])
+    assert got == expected
+
+
+@pytest.mark.parametrize('num_devices', [1, 4])
+@pytest.mark.parametrize('band', [0, 1, 3])
+def test_batches_respect_the_token_budget_and_bucket_shapes(files_run, num_devices, band):
+  config, _, workdir = files_run
+  config = config.copy_and_resolve_references()
+  config.bucket_band = band
+  train = data.get_datasets(config, workdir, num_devices=num_devices).train
+  grid = list(data.bucket_lengths(MAX_LENGTH, config.bucket_growth))
+  shapes, real, slots = set(), 0, 0
+  for _ in range(3 * train.plan(0).num_batches):
+    batch = next(train)
+    inputs, targets = batch['inputs'], batch['targets']
+    assert inputs.dtype == targets.dtype == np.int32
+    assert len(inputs) == len(targets) and len(inputs) % num_devices == 0
+    assert inputs.size <= TOKENS_PER_BATCH and targets.size <= TOKENS_PER_BATCH
+    s, t = grid.index(inputs.shape[1]), grid.index(targets.shape[1])
+    assert abs(s - t) <= band
+    for array in (inputs, targets):  # ids, EOS, then only padding
+      lengths = (array != PAD_ID).sum(1)
+      full = lengths > 0
+      assert (array[full, lengths[full] - 1] == EOS_ID).all()
+      assert ((array != PAD_ID) == (np.arange(array.shape[1]) < lengths[:, None])).all()
+    shapes.add((len(inputs), s, t))
+    real += (inputs != PAD_ID).sum() + (targets != PAD_ID).sum()
+    slots += inputs.size + targets.size
+  # a bounded set of shapes, at most two (full and left-over) per cell
+  assert len(shapes) <= 2 * len({(s, t) for _, s, t in shapes})
+  assert real / slots > {0: 0.6, 1: 0.7, 3: 0.7}[band]
+
+
+def test_batches_are_full_but_for_one_left_over_per_cell(files_run):
+  # "as close to the budget as the buckets allow": a batch has the most rows
+  # that fit, except at most one left-over batch per cell.
+  _, ds, _ = files_run
+  plan = ds.train.plan(0)
+  short = collections.Counter(
+      (s, t) for rows, s, t in plan.shapes if (rows + 1) * max(s, t) <= TOKENS_PER_BATCH)
+  assert max(short.values()) == 1
+  assert sum(short.values()) < plan.num_batches  # some batches are full
+
+
+def test_filtering_is_counted_in_the_log(files_run, tmp_path, caplog):
+  config, ds, _ = files_run
+  sources, targets = (open(f'{config.train_files}.{lang}', encoding='utf-8').read()
+                      .split('\n')[:-1] for lang in ('en', 'de'))
+  lengths = [(len(ds.tokenizer.encode(s)), len(ds.tokenizer.encode(t)))
+             for s, t in zip(sources, targets)]
+  empty = sum(min(p) <= 1 for p in lengths)
+  too_long = sum(min(p) > 1 and max(p) > MAX_LENGTH for p in lengths)
+  assert empty > 0 and too_long > 0
+  with caplog.at_level('INFO'):
+    data.get_datasets(config, str(tmp_path), num_devices=1)
+  assert (f'train: 600 pairs; dropped {empty} with an empty side and {too_long} with '
+          f'a side longer than max_length={MAX_LENGTH}') in caplog.text
+
+
+def test_restore_reproduces_the_next_10_batches(files_run):
+  config, _, workdir = files_run
+  train = data.get_datasets(config, workdir, num_devices=2).train
+  for _ in range(train.plan(0).num_batches - 4):  # the next 10 cross an epoch
+    next(train)
+  state = json.loads(json.dumps(train.get_state()))
+  expected = [next(train) for _ in range(10)]
+  restored = data.get_datasets(config, workdir, num_devices=2).train
+  restored.set_state(state)
+  for want, got in zip(expected, (next(restored) for _ in range(10))):
+    for key in ('inputs', 'targets'):
+      np.testing.assert_array_equal(got[key], want[key])
+  assert restored.get_state() == train.get_state()
+
+
+def test_restore_into_different_settings_fails_clearly(files_run):
+  config, _, workdir = files_run
+  state = data.get_datasets(config, workdir, num_devices=1).train.get_state()
+  other = config.copy_and_resolve_references()
+  other.tokens_per_batch = 960
+  train = data.get_datasets(other, workdir, num_devices=1).train
+  with pytest.raises(ValueError, match='different data or settings'):
+    train.set_state(state)
+
+
+def test_shuffling_is_seeded(files_run):
+  config, _, workdir = files_run
+
+  def first_epoch_inputs(seed):
+    other = config.copy_and_resolve_references()
+    other.seed = seed
+    train = data.get_datasets(other, workdir, num_devices=1).train
+    return [rows_of(b['inputs']) for b in one_epoch(train)], train
+
+  a, train = first_epoch_inputs(0)
+  b, _ = first_epoch_inputs(0)
+  c, _ = first_epoch_inputs(1)
+  assert a == b and a != c
+  # Batches, not only pairs, are shuffled: the same shapes come in a new order.
+  shapes = [[tuple(shape) for shape in train.plan(epoch).shapes] for epoch in (0, 1)]
+  assert shapes[0] != shapes[1] and sorted(shapes[0]) == sorted(shapes[1])
+  assert a != [rows_of(batch['inputs']) for batch in one_epoch(train)]  # epoch 1
+
+
+def test_each_process_gets_its_block_of_rows(files_run):
+  config, _, workdir = files_run
+  whole = data.get_datasets(config, workdir, num_devices=4).train
+  parts = [data.get_datasets(config, workdir, num_devices=4, process_index=p,
+                             process_count=2).train for p in range(2)]
+  for _ in range(2 * whole.plan(0).num_batches):
+    batch = next(whole)
+    local = [next(part) for part in parts]
+    for key in ('inputs', 'targets'):
+      assert all(len(l[key]) * 2 == len(batch[key]) for l in local)
+      np.testing.assert_array_equal(np.concatenate([l[key] for l in local]), batch[key])
+
+
+@pytest.mark.parametrize('num_devices,process_count', [(1, 1), (4, 1), (4, 2)])
+def test_eval_sets_keep_every_pair_in_source_length_order(files_run, num_devices,
+                                                          process_count):
+  config, ds, workdir = files_run
+  parts = [data.get_datasets(config, workdir, num_devices=num_devices, process_index=p,
+                             process_count=process_count) for p in range(process_count)]
+  for name, n in (('dev', 60), ('test', 50)):
+    evals = [getattr(part, name) for part in parts]
+    sources, references = (open(f'{config[name + "_files"]}.{lang}', encoding='utf-8')
+                           .read().split('\n')[:-1] for lang in ('en', 'de'))
+    assert evals[0].sources == sources and evals[0].references == references
+    seen, previous_max = [], 0
+    for local in zip(*(e.batches() for e in evals)):
+      index = np.concatenate([b['index'] for b in local])
+      inputs = np.concatenate([b['inputs'] for b in local])
+      targets = np.concatenate([b['targets'] for b in local])
+      assert len(index) % num_devices == 0
+      assert inputs.size <= 256 and targets.size <= 256
+      real = index >= 0
+      assert not inputs[~real].any() and not targets[~real].any()
+      assert rows_of(inputs[real]) == [tuple(ds.tokenizer.encode(sources[i])) for i in index[real]]
+      assert rows_of(targets[real]) == [tuple(ds.tokenizer.encode(references[i]))
+                                        for i in index[real]]
+      lengths = (inputs[real] != PAD_ID).sum(1)
+      assert lengths.min() >= previous_max  # shortest sources first
+      previous_max = lengths.max()
+      seen += list(index[real])
+    assert sorted(seen) == list(range(n))  # nothing filtered, nothing repeated
+
+
+def test_restart_reuses_vocabulary_and_ids(files_run, monkeypatch):
+  config, ds, workdir = files_run
+
+  def fail(*args, **kwargs):
+    raise AssertionError('retrained or re-encoded on restart')
+
+  monkeypatch.setattr(data.tokenizer_lib, '_train', fail)
+  monkeypatch.setattr(data, '_save_atomically', fail)
+  again = data.get_datasets(config, workdir, num_devices=1)
+  assert again.tokenizer.fingerprint == ds.tokenizer.fingerprint
+  assert len(os.listdir(os.path.join(workdir, 'data_cache'))) == 1
+
+
+# ------------------------------------------------------------------ bad data
+
+
+def test_missing_file_is_named(tmp_path):
+  config = make_config(tmp_path)
+  os.remove(f'{config.dev_files}.de')
+  with pytest.raises(FileNotFoundError, match=rf'{config.dev_files}\.de.*--config\.dev_files'):
+    data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
+  assert not (tmp_path / 'workdir' / 'vocab').exists()  # failed before any work
+
+
+def test_different_line_counts_name_both_files(tmp_path):
+  config = make_config(tmp_path)
+  with open(f'{config.train_files}.de', 'a', encoding='utf-8') as f:
+    f.write('one more line\n')
+  with pytest.raises(ValueError, match=rf'train\.en has 600 lines but .*train\.de has 601'):
+    data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
+  assert not (tmp_path / 'workdir' / 'vocab').exists()
+
+
+@pytest.mark.parametrize('split', ['train', 'test'])
+def test_invalid_utf8_names_file_and_line(tmp_path, split):
+  config = make_config(tmp_path)
+  path = f'{config[split + "_files"]}.en'
+  lines = open(path, 'rb').read().split(b'\n')
+  lines[17] = b'caf\xe9 latin-1'
+  open(path, 'wb').write(b'\n'.join(lines))
+  with pytest.raises(ValueError, match=rf'{path}, line 18: invalid UTF-8'):
+    data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
+  assert not (tmp_path / 'workdir' / 'data_cache').exists()
+
+
+def test_crlf_and_missing_final_newline(tmp_path):
+  prefix = tmp_path / 'small'
+  open(f'{prefix}.en', 'wb').write(b'\xef\xbb\xbfHello there\r\nSecond line')
+  open(f'{prefix}.de', 'wb').write(b'Hallo da\r\nZweite Zeile\n')
+  source = data._files_source('train', str(prefix), wmt_ende_base.get_config())
+  assert data._read_all(source) == (['Hello there', 'Second line'],
+                                    ['Hallo da', 'Zweite Zeile'])
+
+
+def test_unknown_dataset_names_the_key(tmp_path):
+  config = make_config(tmp_path, dataset='wmt99')
+  with pytest.raises(ValueError, match=r"config\.dataset='wmt99'"):
+    data.get_datasets(config, str(tmp_path), num_devices=1)
+
+
+def test_synthetic_is_delegated(tmp_path, monkeypatch):
+  calls = []
+  fake = types.ModuleType('t2t_jax.synthetic')
+  fake.get_datasets = lambda config, **kwargs: calls.append(kwargs) or 'synthetic!'
+  monkeypatch.setitem(sys.modules, 't2t_jax.synthetic', fake)
+  monkeypatch.setattr(t2t_jax, 'synthetic', fake, raising=False)
+  config = wmt_ende_base.get_config()
+  config.dataset = 'synthetic'
+  assert data.get_datasets(config, str(tmp_path), num_devices=8, process_index=1,
+                           process_count=2) == 'synthetic!'
+  assert calls == [{'num_devices': 8, 'process_index': 1, 'process_count': 2}]
+
+
+# ---------------------------------------------------------------------- tfds
+
+
+def tfds_config(tmp_path):
+  config = wmt_ende_base.get_config()
+  config.tfds_data_dir = str(tmp_path / 'tensorflow_datasets')
+  config.vocab_size = 280
+  config.max_length = 24
+  config.tokens_per_batch = 256
+  return config
+
+
+def test_tfds_wmt14_under_mock_data(tmp_path, monkeypatch):
+  tfds = pytest.importorskip('tensorflow_datasets')
+  monkeypatch.setattr(data, '_reachable', lambda host: True)  # mock: no download
+  config = tfds_config(tmp_path)
+  with tfds.testing.mock_data(num_examples=120):
+    ds = data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=2)
+    examples = list(tfds.as_numpy(tfds.builder(
+        config.tfds_name, data_dir=config.tfds_data_dir).as_dataset(split='validation')))
+  english = [e['en'].decode() for e in examples]
+  german = [e['de'].decode() for e in examples]
+  assert english != german
+  # EN->DE although tfds stores the pair German first
+  assert ds.dev.sources == english and ds.dev.references == german
+  assert ds.test.sources == english
+  pairs = [(tuple(ds.tokenizer.encode(s)), tuple(ds.tokenizer.encode(t)))
+           for s, t in zip(english, german)]  # mock splits hold the same examples
+  expected = collections.Counter(p for p in pairs if 1 < len(p[0]) <= 24 and 1 < len(p[1]) <= 24)
+  got = collections.Counter()
+  for batch in one_epoch(ds.train):
+    got.update(p for p in zip(rows_of(batch['inputs']), rows_of(batch['targets'])) if p[0])
+  assert got == expected and sum(got.values()) > 100
+
+
+def test_tfds_offline_fails_fast_with_instructions(tmp_path, monkeypatch):
+  pytest.importorskip('tensorflow_datasets')
+  monkeypatch.setattr(data, '_reachable', lambda host: False)
+  start = time.time()
+  with pytest.raises(data.DataUnavailableError) as error:
+    data.get_datasets(tfds_config(tmp_path), str(tmp_path / 'workdir'), num_devices=1)
+  assert time.time() - start < 60  # no minutes-long retry loop
+  message = str(error.value)
+  for needle in ('www.statmt.org', '--config.tfds_data_dir', '--config.tfds_manual_dir',
+                 'training-parallel-europarl-v7.tgz', '--config.dataset=files'):
+    assert needle in message
+
+
+def test_tfds_uses_archives_in_the_manual_dir(tmp_path, monkeypatch):
+  pytest.importorskip('tensorflow_datasets')
+  builder = data._tfds_builder(tfds_config(tmp_path))
+  needed = data._urls_to_download(builder, None)
+  assert any('europarl' in url for url in needed)
+  manual = tmp_path / 'manual'
+  manual.mkdir()
+  for url in needed:
+    (manual / builder.url_infos[url].filename).touch()
+  assert data._urls_to_download(builder, str(manual)) == []
+
+
+def test_unreachable_host_is_detected_quickly():
+  start = time.time()
+  assert not data._reachable('no-such-host.invalid')
+  assert time.time() - start < 10
+
+
+def test_tfds_unknown_language_is_named(tmp_path):
+  pytest.importorskip('tensorflow_datasets')
+  config = tfds_config(tmp_path)
+  config.target_lang = 'fr'
+  with pytest.raises(ValueError, match=r"config\.target_lang='fr'"):
+    data.get_datasets(config, str(tmp_path), num_devices=1)
+
+
+@pytest.mark.parametrize('key,value', [('bucket_band', -1), ('bucket_growth', 0.9),
+                                       ('tokens_per_batch', 0)])
+def test_bad_settings_name_the_key(tmp_path, key, value):
+  config = make_config(tmp_path, **{key: value})
+  with pytest.raises(ValueError, match=rf'config\.{key}'):
+    data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
+
+
+def test_budget_too_small_for_the_devices(tmp_path):
+  config = make_config(tmp_path, tokens_per_batch=100)
+  with pytest.raises(ValueError, match=r'config\.tokens_per_batch=100 cannot hold'):
+    data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=8)
