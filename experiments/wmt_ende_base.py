@@ -61,6 +61,15 @@ def get_config() -> ml_collections.ConfigDict:
   config.log_every_steps = 100
   config.eval_every_steps = 1000  # dev loss and perplexity on newstest2013
 
+  # ----- Decoding and BLEU (§6.1) -----
+  config.beam_size = 4  # §6.1
+  config.beam_alpha = 0.6  # length penalty α, §6.1
+  config.decode_extra_length = 50  # maximum output length = input length + 50, §6.1
+  config.decode_tokens_per_batch = 4096  # padded source tokens per decoding batch
+  config.max_decode_input_length = 1024  # longer inputs are truncated, with a warning
+  config.eval_split = 'test'  # --mode=eval scores newstest2014 (§6.1); 'dev' = newstest2013
+  config.eval_bleu_every_steps = 0  # > 0: also dev BLEU during training (slow)
+
   # ----- Checkpoints and averaging (§5.2, §6.1) -----
   config.checkpoint_every_minutes = 10.0  # §5.2: "checkpoints, written at 10-minute intervals"
   config.checkpoint_every_steps = 0  # 0: by time only

@@ -7,7 +7,7 @@ import ml_collections
 
 from t2t_jax.model import ModelConfig
 
-DATASETS = ('tfds', 'files', 'synthetic')
+DATASETS = ('tfds', 'files', 'demo', 'synthetic')
 
 
 def model_config(config: ml_collections.ConfigDict) -> ModelConfig:

@@ -253,6 +253,63 @@ def _offline_message(builder: Any, config: Any, urls: list[str],
       f'PREFIX.{config.target_lang}, one sentence a line).')
 
 
+def read_lines(path: str) -> list[str]:
+  """The UTF-8 lines of one file (e.g. --mode=translate --input), naming any bad line."""
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'{path}: no such file')
+  with open(path, 'rb') as f:
+    return _decode_lines(path, 1, f.readlines())
+
+
+def resolve_demo(config: Any, workdir: str) -> Any:
+  """config.dataset='demo': writes the generated corpus (demo_corpus.py) into the workdir
+  once, then reads it as dataset='files'. Other datasets pass through unchanged."""
+  if config.dataset != 'demo':
+    return config
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from t2t_jax import demo_corpus  # pylint: disable=g-import-not-at-top
+  prefixes = demo_corpus.write_corpus(
+      os.path.join(workdir, 'demo_corpus'), num_train=config.demo_num_train,
+      num_dev=config.demo_num_eval, num_test=config.demo_num_eval, seed=config.demo_seed,
+      source_lang=config.source_lang, target_lang=config.target_lang)
+  resolved = ml_collections.ConfigDict(config.to_dict())
+  resolved.dataset = 'files'
+  for split in ('train', 'dev', 'test'):
+    resolved[f'{split}_files'] = prefixes[split]
+  return resolved
+
+
+def load_tokenizer(config: Any, workdir: str) -> Any:
+  """The vocabulary a training run in `workdir` made (for decoding): never trains one."""
+  if config.dataset == 'synthetic':
+    from t2t_jax import synthetic  # pylint: disable=g-import-not-at-top
+    return synthetic.IdTokenizer(config.vocab_size)
+  model_path = os.path.join(workdir, 'vocab', 'spm.model')
+  if not os.path.exists(model_path):
+    raise FileNotFoundError(f'{model_path}: no vocabulary in the workdir; train first '
+                            '(--mode=train) or point --workdir at a trained run')
+  tokenizer = Tokenizer(model_path)
+  if tokenizer.vocab_size != config.vocab_size:
+    raise ValueError(f'config.vocab_size={config.vocab_size}, but {model_path} has '
+                     f'{tokenizer.vocab_size} pieces')
+  return tokenizer
+
+
+def load_eval_set(config: Any, workdir: str, split: str, *, tokenizer: Any) -> Any:
+  """The raw sources and references of split 'dev' or 'test' (for BLEU)."""
+  if split not in ('dev', 'test'):
+    raise ValueError(f"config.eval_split={split!r}: choose 'dev' or 'test'")
+  if config.dataset == 'synthetic':
+    from t2t_jax import synthetic  # pylint: disable=g-import-not-at-top
+    return getattr(synthetic.get_datasets(config, num_devices=1), split)
+  config = resolve_demo(config, workdir)
+  source = _make_sources(config)[split]
+  if source is None:
+    raise ValueError(f'No {split} set: set --config.{split}_files=PREFIX')
+  text = _read_all(source)
+  return _eval_set(split, text, tokenizer, config)
+
+
 def _make_sources(config: Any) -> dict[str, _Source | None]:
   if config.dataset == 'tfds':
     return _tfds_sources(config)
@@ -632,9 +689,10 @@ def get_datasets(config: Any, workdir: str, *, num_devices: int,
     return synthetic.get_datasets(config, num_devices=num_devices,
                                   process_index=process_index,
                                   process_count=process_count)
-  if config.dataset not in ('tfds', 'files'):
+  if config.dataset not in ('tfds', 'files', 'demo'):
     raise ValueError(f"config.dataset={config.dataset!r}: choose 'tfds', "
-                     "'files' or 'synthetic'")
+                     "'files', 'demo' or 'synthetic'")
+  config = resolve_demo(config, workdir)
   _check_settings(config, num_devices, process_index, process_count)
   sources = _make_sources(config)
   eval_text = {name: _read_all(sources[name]) for name in ('dev', 'test')

@@ -4,13 +4,14 @@ Parses flags and dispatches; the work happens in the modules named for each mode
 """
 from __future__ import annotations
 
+import json
 import logging as python_logging
 import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-MODES = ('train', 'params', 'average')
+MODES = ('train', 'params', 'average', 'translate', 'eval', 'attention')
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file, e.g. '
                                 'experiments/wmt_ende_base.py (or table3.py:ROW).',
@@ -19,6 +20,10 @@ flags.DEFINE_string('workdir', None, 'Directory for checkpoints, vocabulary and 
 flags.DEFINE_enum('mode', 'train', MODES, 'What to do.')
 flags.DEFINE_bool('distributed', False, 'Call jax.distributed.initialize() first (multi-host '
                   'runs: TPU pods, Slurm, or JAX_COORDINATOR_ADDRESS and friends set).')
+flags.DEFINE_string('input', None, 'translate: a file of sentences, one a line, or - for '
+                    'stdin. attention: the sentence itself.')
+flags.DEFINE_string('output', None, 'translate: the output file (default: stdout). attention: '
+                    'the folder for the PNGs (default: WORKDIR/attention).')
 flags.DEFINE_bool('traceback', False, 'Show the full traceback of an error.')
 flags.mark_flags_as_required(['config'])
 FLAGS = flags.FLAGS
@@ -59,6 +64,23 @@ def _dispatch() -> None:
     step, steps = checkpoints.average_checkpoints(FLAGS.workdir, FLAGS.config.average_last,
                                                   allow_fewer=FLAGS.config.average_allow_fewer)
     print(f'averaged checkpoints {steps} into {FLAGS.workdir}/averaged/{step}')
+    return
+  if FLAGS.mode in ('translate', 'eval'):
+    from t2t_jax import evaluate
+    if FLAGS.mode == 'eval':
+      scores = evaluate.run_eval(FLAGS.config, FLAGS.workdir)
+      print(json.dumps(scores, indent=2))
+    elif FLAGS.input is None:
+      raise app.UsageError('--mode=translate needs --input=FILE (or - for stdin)')
+    else:
+      evaluate.run_translate(FLAGS.config, FLAGS.workdir, FLAGS.input, FLAGS.output)
+    return
+  if FLAGS.mode == 'attention':
+    from t2t_jax import attention_maps
+    if FLAGS.input is None:
+      raise app.UsageError('--mode=attention needs --input="a sentence"')
+    paths = attention_maps.run(FLAGS.config, FLAGS.workdir, FLAGS.input, FLAGS.output)
+    print('\n'.join(paths))
     return
   logging.info('Config:\n%s', FLAGS.config)
   from t2t_jax import train

@@ -50,6 +50,25 @@ def make_batch(rows: int, vocab_size: int, max_length: int, seed: int, batch_num
   return {'inputs': inputs, 'targets': targets}
 
 
+class IdTokenizer:
+  """Text of the synthetic task is its ids written out ('5 17 9'); EOS is appended."""
+  pad_id, eos_id = PAD_ID, EOS_ID
+
+  def __init__(self, vocab_size: int):
+    self.vocab_size = vocab_size
+
+  def encode(self, text: str) -> list[int]:
+    return [int(t) for t in text.split()] + [EOS_ID]
+
+  def encode_batch(self, texts: list[str]) -> list[list[int]]:
+    return [self.encode(t) for t in texts]
+
+  def decode(self, ids) -> str:
+    ids = list(np.asarray(ids).reshape(-1))
+    ids = ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids
+    return ' '.join(str(i) for i in ids if i > EOS_ID)
+
+
 def _global_rows(config: ml_collections.ConfigDict, num_devices: int) -> int:
   rows = config.tokens_per_batch // config.max_length // num_devices * num_devices
   if rows < num_devices:

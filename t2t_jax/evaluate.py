@@ -1,0 +1,186 @@
+"""Translation and BLEU (§6.1): `--mode=translate` and `--mode=eval`.
+
+Sentences are encoded, sorted by length and cut into decoding batches whose shapes come
+from a fixed set (source-length buckets × a row count per bucket), so short sentences
+don't pay for long ones' padding and beam search compiles a bounded number of times.
+Each device decodes its own rows (shard_map, no communication); outputs return to input
+order.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from typing import Any, Callable, Iterator, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+from jax.sharding import Mesh, PartitionSpec as P
+
+from t2t_jax import bleu, checkpoints, config_lib, data, decode, train
+from t2t_jax.model import PAD_ID, ModelConfig, Transformer
+
+EVAL = 'eval'
+
+
+def decoding_batches(lengths: Sequence[int], *, tokens_per_batch: int, num_devices: int,
+                     bucket_growth: float) -> Iterator[tuple[np.ndarray, int, int]]:
+  """(indices, rows, padded length) of each batch, shortest sentences first.
+
+  A bucket of padded length S always uses the same number of rows (tokens_per_batch / S,
+  a multiple of num_devices); its last batch is filled up with empty rows.
+  """
+  lengths = np.asarray(lengths)
+  grid = data.bucket_lengths(max(int(lengths.max(initial=1)), 1), bucket_growth)
+  padded = grid[np.searchsorted(grid, lengths)]
+  order = np.argsort(lengths, kind='stable')
+  for length in np.unique(padded):
+    members = order[padded[order] == length]
+    rows = max(tokens_per_batch // int(length) // num_devices, 1) * num_devices
+    for start in range(0, len(members), rows):
+      yield members[start:start + rows], rows, int(length)
+
+
+def make_sharded_decoder(model_config: ModelConfig, config: ml_collections.ConfigDict,
+                         mesh: Mesh) -> Callable[[Any, jax.Array], jax.Array]:
+  """(params, src [rows, S]) -> ids [rows, T]: beam search, each device on its own rows."""
+  def search(params, src):
+    beams = decode.search(params, src, config=model_config, beam_size=config.beam_size,
+                          alpha=config.beam_alpha, extra_length=config.decode_extra_length)
+    return beams.finished_seq[:, 1:]
+  # Each device's beam search stops when its own sentences are done: no collectives, and
+  # no replication to check.
+  sharded = jax.shard_map(search, mesh=mesh, in_specs=(P(), P(train.AXIS)),
+                          out_specs=P(train.AXIS), check_vma=False)
+  return jax.jit(sharded)
+
+
+def translate_ids(decoder: Callable, params: Any, token_ids: Sequence[Sequence[int]],
+                  config: ml_collections.ConfigDict, mesh: Mesh) -> list[np.ndarray]:
+  """Output ids (up to EOS) for each input in `token_ids`, in input order."""
+  outputs: list[np.ndarray] = [np.zeros(0, np.int32)] * len(token_ids)
+  rows_per_process = lambda rows: rows // jax.process_count()  # noqa: E731
+  for indices, rows, length in decoding_batches(
+      [len(t) for t in token_ids], tokens_per_batch=config.decode_tokens_per_batch,
+      num_devices=mesh.size, bucket_growth=config.bucket_growth):
+    src = np.full((rows, length), PAD_ID, np.int32)
+    for r, i in enumerate(indices):
+      src[r, :len(token_ids[i])] = token_ids[i]
+    mine = slice(rows_per_process(rows) * jax.process_index(),
+                 rows_per_process(rows) * (jax.process_index() + 1))
+    ids = decoder(params, train.shard_batch({'src': src[mine]}, mesh)['src'])
+    ids = _gather_rows(ids)
+    for r, i in enumerate(indices):
+      outputs[i] = ids[r]
+  return outputs
+
+
+def _gather_rows(x: jax.Array) -> np.ndarray:
+  if jax.process_count() == 1:
+    return np.asarray(x)
+  from jax.experimental import multihost_utils
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def translate(decoder: Callable, params: Any, sentences: Sequence[str], tokenizer: Any,
+              config: ml_collections.ConfigDict, mesh: Mesh, *, max_input_length: int,
+              ) -> list[str]:
+  """Detokenized translations of raw sentences, in input order.
+
+  An empty (or all-space) line translates to an empty line without decoding; an input
+  over `max_input_length` sub-words is truncated, with a warning.
+  """
+  encoded = tokenizer.encode_batch(list(sentences))
+  nonempty = [i for i, s in enumerate(sentences) if s.strip()]
+  inputs = []
+  for i in nonempty:
+    ids = encoded[i]
+    if len(ids) > max_input_length:
+      logging.warning('Input line %d has %d sub-words; decoding its first %d.', i + 1,
+                      len(ids), max_input_length)
+      ids = ids[:max_input_length - 1] + [ids[-1]]  # keep the EOS
+    inputs.append(ids)
+  outputs = translate_ids(decoder, params, inputs, config, mesh)
+  translations = [''] * len(sentences)
+  for i, ids in zip(nonempty, outputs):
+    translations[i] = tokenizer.decode(ids)
+  return translations
+
+
+class Translator:
+  """Everything decoding needs, loaded once: config, tokenizer, params, mesh, decoder."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+    self.config = config
+    self.model_config = config_lib.validate(config)
+    self.mesh = train.make_mesh()
+    self.tokenizer = data.load_tokenizer(config, workdir)
+    template = jax.eval_shape(lambda: Transformer(self.model_config).init(
+        jax.random.PRNGKey(0), np.ones((1, 1), np.int32), np.ones((1, 1), np.int32))['params'])
+    self.params, self.source = checkpoints.load_params(workdir, target=template)
+    self.params = jax.device_put(self.params, jax.sharding.NamedSharding(self.mesh, P()))
+    self.step = int(self.source.rsplit('/', 1)[1])
+    self.decoder = make_sharded_decoder(self.model_config, config, self.mesh)
+    logging.info('Decoding with the parameters of %s (beam %d, alpha %.2f).', self.source,
+                 config.beam_size, config.beam_alpha)
+
+  @property
+  def max_input_length(self) -> int:
+    """Learned positions end at max_len, which must also hold input + extra outputs."""
+    if self.model_config.positional == 'learned':
+      return self.model_config.max_len - self.config.decode_extra_length
+    return max(self.config.max_decode_input_length, 1)
+
+  def __call__(self, sentences: Sequence[str]) -> list[str]:
+    return translate(self.decoder, self.params, sentences, self.tokenizer, self.config,
+                     self.mesh, max_input_length=self.max_input_length)
+
+
+def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: str,
+                  output_path: str | None) -> None:
+  """--mode=translate: lines of `input_path` ('-' = stdin) to `output_path` (None = stdout)."""
+  if input_path == '-':
+    sentences = sys.stdin.read().splitlines()
+  else:
+    sentences = data.read_lines(input_path)
+  translations = Translator(config, workdir)(sentences)
+  text = ''.join(t + '\n' for t in translations)
+  if output_path is None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+  else:
+    _write_atomically(output_path, text)
+
+
+def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """--mode=eval: translate the test set, write eval/<step>/{hypotheses,references,scores}."""
+  translator = Translator(config, workdir)
+  evalset = data.load_eval_set(config, workdir, config.eval_split,
+                               tokenizer=translator.tokenizer)
+  hypotheses = translator(evalset.sources)
+  scores = bleu.bleu_scores(hypotheses, evalset.references, target_lang=config.target_lang)
+  scores.update(split=config.eval_split, params=translator.source, step=translator.step,
+                sentences=len(hypotheses), beam_size=config.beam_size,
+                beam_alpha=config.beam_alpha)
+  out_dir = os.path.join(workdir, EVAL, str(translator.step))
+  os.makedirs(out_dir, exist_ok=True)
+  _write_atomically(os.path.join(out_dir, 'hypotheses.txt'), ''.join(h + '\n' for h in hypotheses))
+  _write_atomically(os.path.join(out_dir, 'references.txt'),
+                    ''.join(r + '\n' for r in evalset.references))
+  _write_atomically(os.path.join(out_dir, 'scores.json'), json.dumps(scores, indent=2) + '\n')
+  logging.info('%s BLEU of %s: sacreBLEU %.2f (%s), tokenized BLEU %.2f', config.eval_split,
+               translator.source, scores['sacrebleu'], scores['sacrebleu_signature'],
+               scores['tok_bleu'])
+  return scores
+
+
+def _write_atomically(path: str, text: str) -> None:
+  if jax.process_index() != 0:
+    return
+  tmp = f'{path}.tmp-{os.getpid()}'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    f.write(text)
+  os.replace(tmp, path)
