@@ -1,7 +1,11 @@
-"""A small Transformer for a 2-core CPU: the README's first command and the tests' default.
+"""The built-in demo: a small Transformer on a generated English→German corpus, sized for
+a 2-core CPU (the README's first command: about 10 minutes, test BLEU above 90).
 
-Same architecture and training recipe as the paper, scaled down; see wmt_ende_base.py
-for what each key means.
+The corpus (t2t_jax/demo_corpus.py) is a seeded grammar with German gender, case and
+verb-final subordinate clauses; it is written into WORKDIR/demo_corpus/ on first use.
+Same architecture and recipe as the paper, scaled down; see wmt_ende_base.py for the keys.
+Train it on real text instead with
+  --config.dataset=files --config.train_files=../shared/data/wmt_ende_sample/train ...
 """
 import ml_collections
 
@@ -10,20 +14,29 @@ from experiments import wmt_ende_base
 
 def get_config() -> ml_collections.ConfigDict:
   config = wmt_ende_base.get_config()
-  config.dataset = 'synthetic'
-  config.vocab_size = 64
-  config.max_length = 16
-  config.tokens_per_batch = 1024  # 64 rows of 16
-  config.model.num_layers = 2
-  config.model.d_model = 128
-  config.model.d_ff = 512
+  config.dataset = 'demo'
+  config.demo_num_train = 50_000
+  config.demo_num_eval = 1000  # dev and test sentences each, none of them in train
+  config.demo_seed = 0
+  config.vocab_size = 2000
+  config.vocab_sample_sentences = 100_000
+  config.max_length = 64
+  config.tokens_per_batch = 3072
+  config.eval_tokens_per_batch = 4096
+  # Both sides padded to the longer one's bucket: 11 batch shapes (compilations) instead
+  # of ~40, for 0.87 instead of 0.93 padding efficiency; compiling is the bigger cost here.
+  config.bucket_band = 0
+  config.model.num_layers = 3
+  config.model.d_model = 256
+  config.model.d_ff = 1024
   config.model.num_heads = 4
   config.model.dropout_rate = 0.1
-  config.model.max_len = 64
-  config.num_train_steps = 600
-  config.warmup_steps = 200
+  config.model.max_len = 256
+  config.learning_rate_scale = 2.0
+  config.warmup_steps = 400
+  config.num_train_steps = 1500
   config.log_every_steps = 50
-  config.eval_every_steps = 200
+  config.eval_every_steps = 500
   config.checkpoint_every_steps = 100
   config.checkpoint_every_minutes = 0.0
   config.average_last = 5

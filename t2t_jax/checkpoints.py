@@ -106,27 +106,29 @@ def checkpoint_steps(workdir: str, subdir: str = CHECKPOINTS) -> list[int]:
   return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
 
 
-def _restore_params(directory: str, step: int, target: Any | None) -> Any:
+def _restore_params(directory: str, step: int) -> Any:
+  """directory/<step>/params, replicated on every device, whatever topology saved it."""
   path = os.path.join(os.path.abspath(directory), str(step), 'params')
+  replicated = jax.sharding.NamedSharding(
+      jax.sharding.Mesh(np.asarray(jax.devices()), ('replica',)), jax.sharding.PartitionSpec())
   checkpointer = ocp.StandardCheckpointer()
   try:
-    if target is None:
-      return checkpointer.restore(path)
-    abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target)
+    metadata = checkpointer.metadata(path).item_metadata
+    abstract = jax.tree_util.tree_map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=replicated), metadata)
     return checkpointer.restore(path, abstract)
   finally:
     checkpointer.close()
 
 
-def load_params(workdir: str, *, target: Any | None = None, prefer_averaged: bool = True,
-                ) -> tuple[Any, str]:
+def load_params(workdir: str, *, prefer_averaged: bool = True) -> tuple[Any, str]:
   """Parameters for decoding: the averaged model when there is one, else the latest
-  checkpoint. Returns (params, a description of where they came from)."""
+  checkpoint. Returns (params, where they came from, e.g. 'averaged/1000')."""
   for subdir in ((AVERAGED, CHECKPOINTS) if prefer_averaged else (CHECKPOINTS,)):
     steps = checkpoint_steps(workdir, subdir)
     if steps:
       directory = os.path.join(workdir, subdir)
-      return _restore_params(directory, steps[-1], target), f'{subdir}/{steps[-1]}'
+      return _restore_params(directory, steps[-1]), f'{subdir}/{steps[-1]}'
   raise FileNotFoundError(f'No checkpoint in {os.path.join(workdir, CHECKPOINTS)}: train first '
                           '(--mode=train)')
 
@@ -150,7 +152,7 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False) -
   directory = os.path.join(workdir, CHECKPOINTS)
   total = None
   for step in chosen:
-    params = _restore_params(directory, step, None)
+    params = _restore_params(directory, step)
     params32 = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), params)
     total = params32 if total is None else jax.tree_util.tree_map(np.add, total, params32)
     dtypes = jax.tree_util.tree_map(lambda x: np.asarray(x).dtype, params)

@@ -118,9 +118,8 @@ class Translator:
     self.model_config = config_lib.validate(config)
     self.mesh = train.make_mesh()
     self.tokenizer = data.load_tokenizer(config, workdir)
-    template = jax.eval_shape(lambda: Transformer(self.model_config).init(
-        jax.random.PRNGKey(0), np.ones((1, 1), np.int32), np.ones((1, 1), np.int32))['params'])
-    self.params, self.source = checkpoints.load_params(workdir, target=template)
+    self.params, self.source = checkpoints.load_params(workdir)
+    _check_params_match(self.params, self.model_config, self.source)
     self.params = jax.device_put(self.params, jax.sharding.NamedSharding(self.mesh, P()))
     self.step = int(self.source.rsplit('/', 1)[1])
     self.decoder = make_sharded_decoder(self.model_config, config, self.mesh)
@@ -137,6 +136,22 @@ class Translator:
   def __call__(self, sentences: Sequence[str]) -> list[str]:
     return translate(self.decoder, self.params, sentences, self.tokenizer, self.config,
                      self.mesh, max_input_length=self.max_input_length)
+
+
+def _check_params_match(params: Any, model_config: ModelConfig, source: str) -> None:
+  """A checkpoint from another config fails here with the parameter named, not in XLA."""
+  dummy = np.ones((1, 1), np.int32)
+  expected = jax.eval_shape(lambda: Transformer(model_config).init(
+      jax.random.PRNGKey(0), dummy, dummy)['params'])
+  want = {jax.tree_util.keystr(k): v.shape
+          for k, v in jax.tree_util.tree_flatten_with_path(expected)[0]}
+  have = {jax.tree_util.keystr(k): v.shape
+          for k, v in jax.tree_util.tree_flatten_with_path(params)[0]}
+  for name in sorted(set(want) | set(have)):
+    if want.get(name) != have.get(name):
+      raise ValueError(f'{source}: parameter {name} has shape {have.get(name)} but the config '
+                       f'asks for {want.get(name)}; decode with the config the run was '
+                       'trained with (config.model.*, config.vocab_size)')
 
 
 def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: str,

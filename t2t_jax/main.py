@@ -24,6 +24,7 @@ flags.DEFINE_string('input', None, 'translate: a file of sentences, one a line, 
                     'stdin. attention: the sentence itself.')
 flags.DEFINE_string('output', None, 'translate: the output file (default: stdout). attention: '
                     'the folder for the PNGs (default: WORKDIR/attention).')
+flags.DEFINE_list('layers', None, 'attention: the layers to plot, e.g. 0,5 (default: all).')
 flags.DEFINE_bool('traceback', False, 'Show the full traceback of an error.')
 flags.mark_flags_as_required(['config'])
 FLAGS = flags.FLAGS
@@ -79,7 +80,8 @@ def _dispatch() -> None:
     from t2t_jax import attention_maps
     if FLAGS.input is None:
       raise app.UsageError('--mode=attention needs --input="a sentence"')
-    paths = attention_maps.run(FLAGS.config, FLAGS.workdir, FLAGS.input, FLAGS.output)
+    paths = attention_maps.run(FLAGS.config, FLAGS.workdir, FLAGS.input, FLAGS.output,
+                               layers=FLAGS.layers)
     print('\n'.join(paths))
     return
   logging.info('Config:\n%s', FLAGS.config)

@@ -63,6 +63,9 @@ class IdTokenizer:
   def encode_batch(self, texts: list[str]) -> list[list[int]]:
     return [self.encode(t) for t in texts]
 
+  def pieces(self, ids) -> list[str]:
+    return ['</s>' if int(i) == EOS_ID else str(int(i)) for i in ids]
+
   def decode(self, ids) -> str:
     ids = list(np.asarray(ids).reshape(-1))
     ids = ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids

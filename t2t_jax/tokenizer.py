@@ -64,6 +64,10 @@ class Tokenizer:
     """`encode` of many sentences at once, on all cores (much faster than a loop)."""
     return self._sp.encode(list(texts), add_eos=True, num_threads=os.cpu_count() or 1)
 
+  def pieces(self, ids: Any) -> list[str]:
+    """The sub-word strings of `ids` (EOS shown as '</s>'), for plots."""
+    return [self._sp.id_to_piece(int(i)) for i in ids]
+
   def decode(self, ids: Any) -> str:
     """Text of `ids` up to the first EOS; PAD is ignored.
 

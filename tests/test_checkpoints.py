@@ -20,6 +20,7 @@ STEPS = 12
 
 def tiny_config(**overrides):
   config = demo.get_config()
+  config.dataset = 'synthetic'
   config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4)
   config.vocab_size, config.max_length, config.tokens_per_batch = 40, 12, 16 * 12
   config.warmup_steps = 10
@@ -70,7 +71,7 @@ def test_stop_and_resume_is_bitwise_identical(tmp_path, straight_run):
 def run_main(workdir, *overrides, prelude='', wait=True):
   """`python -m t2t_jax.main` on the tiny config; `prelude` runs first (to patch things)."""
   c = tiny_config()
-  args = ['--config=experiments/demo.py', f'--workdir={workdir}',
+  args = ['--config=experiments/demo.py', f'--workdir={workdir}', '--config.dataset=synthetic',
           '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
           f'--config.vocab_size={c.vocab_size}', f'--config.max_length={c.max_length}',
           f'--config.tokens_per_batch={c.tokens_per_batch}', '--config.warmup_steps=10',
@@ -161,7 +162,7 @@ def test_averaging_is_the_arithmetic_mean(tmp_path):
   train.train_and_evaluate(tiny_config(), workdir)
   steps = checkpoints.checkpoint_steps(workdir)
   assert steps == [4, 8, 12]
-  trees = [checkpoints._restore_params(os.path.join(workdir, 'checkpoints'), s, None)
+  trees = [checkpoints._restore_params(os.path.join(workdir, 'checkpoints'), s)
            for s in steps]
   step, averaged_steps = checkpoints.average_checkpoints(workdir, 3)
   assert (step, averaged_steps) == (12, [4, 8, 12])

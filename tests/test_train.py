@@ -17,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def tiny_config():
   config = demo.get_config()
+  config.dataset = 'synthetic'
   config.model.update(num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout_rate=0.0)
   config.vocab_size, config.max_length, config.tokens_per_batch = 40, 12, 16 * 12
   config.warmup_steps = 10
@@ -124,7 +125,8 @@ def test_train_mode_writes_metrics(tmp_path):
                     '--config.dataset=synthetic', '--config.num_train_steps=20',
                     '--config.log_every_steps=10', '--config.eval_every_steps=20',
                     '--config.model.num_layers=1', '--config.model.d_model=32',
-                    '--config.model.d_ff=64')
+                    '--config.model.d_ff=64', '--config.vocab_size=40',
+                    '--config.max_length=12', '--config.tokens_per_batch=192')
   assert result.returncode == 0, result.stderr[-3000:]
   records = [json.loads(line) for line in open(tmp_path / 'metrics.jsonl')]
   train_records = [r for r in records if 'loss' in r]
@@ -144,6 +146,6 @@ def test_train_mode_writes_metrics(tmp_path):
 
 def test_unknown_override_fails_before_training(tmp_path):
   result = run_main('--config=experiments/demo.py', f'--workdir={tmp_path}',
-                    '--config.model.dropout_rate=-0.5')
+                    '--config.dataset=synthetic', '--config.model.dropout_rate=-0.5')
   assert result.returncode != 0
   assert 'config.model.dropout_rate' in result.stderr

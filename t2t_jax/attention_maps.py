@@ -1,0 +1,96 @@
+"""Attention heatmaps (`--mode=attention`), like the visualisations of the paper's appendix
+(Figures 3-5): one PNG per layer and attention kind, one panel per head.
+
+The sentence is translated first (beam search, §6.1); the model is then run teacher-forced
+on (sentence, translation) with the attention weights sown by MultiHeadAttention.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+
+from t2t_jax import evaluate
+from t2t_jax.model import ModelConfig, Transformer
+
+KINDS = {  # sown name -> (title, query side, key side)
+    'encoder_self_attention': ('encoder self-attention', 'source', 'source'),
+    'decoder_self_attention': ('decoder self-attention', 'target', 'target'),
+    'decoder_cross_attention': ('encoder-decoder attention', 'target', 'source'),
+}
+
+
+def attention_weights(params: Any, model_config: ModelConfig, src: Sequence[int],
+                      tgt: Sequence[int]) -> dict[tuple[str, int], np.ndarray]:
+  """{(kind, layer): weights [heads, queries, keys]} for one teacher-forced pair."""
+  model = Transformer(model_config.replace(deterministic=True))
+  _, state = model.apply({'params': params}, np.asarray([src], np.int32),
+                         np.asarray([tgt], np.int32), mutable=['intermediates'])
+  found = {}
+  for path, value in jax.tree_util.tree_flatten_with_path(state['intermediates'])[0]:
+    names = [getattr(p, 'key', None) for p in path]
+    stack = 'encoder' if 'encoder' in names else 'decoder'
+    layer = int(next(n for n in names if isinstance(n, str) and n.startswith('layer_'))[6:])
+    kind = 'cross_attention' if 'cross_attention' in names else 'self_attention'
+    found[(f'{stack}_{kind}', layer)] = np.asarray(value)[0]  # [h, q, k]
+  return found
+
+
+def plot(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str],
+         title: str, path: str) -> None:
+  """One panel per head: rows are queries, columns keys, darker = more attention."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  heads = weights.shape[0]
+  cols = min(heads, 4)
+  rows = -(-heads // cols)
+  size = 0.28 * max(len(query_labels), len(key_labels)) + 1.5
+  fig, axes = plt.subplots(rows, cols, figsize=(cols * size, rows * size), squeeze=False)
+  for h, ax in enumerate(axes.flat):
+    if h >= heads:
+      ax.axis('off')
+      continue
+    ax.imshow(weights[h], cmap='Greys', vmin=0.0, vmax=1.0)
+    ax.set_title(f'head {h}', fontsize=9)
+    ax.set_xticks(range(len(key_labels)), key_labels, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(query_labels)), query_labels, fontsize=7)
+  fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, sentence: str, out_dir: str | None,
+        layers: Sequence[int] | None = None) -> list[str]:
+  """Translates `sentence`, then writes the heatmaps of `layers` (default: all)."""
+  translator = evaluate.Translator(config, workdir)
+  translation = translator([sentence])[0]
+  tokenizer = translator.tokenizer
+  src, tgt = tokenizer.encode(sentence), tokenizer.encode(translation)
+  labels = {'source': tokenizer.pieces(src), 'target': tokenizer.pieces(tgt)}
+  # The decoder's query at position i reads target i-1 (shifted right, start symbol first).
+  labels['decoder input'] = ['<s>'] + labels['target'][:-1]
+  out_dir = out_dir or os.path.join(workdir, 'attention')
+  os.makedirs(out_dir, exist_ok=True)
+  num_layers = translator.model_config.num_layers
+  chosen = list(range(num_layers)) if not layers else [int(i) for i in layers]
+  for i in chosen:
+    if not 0 <= i < num_layers:
+      raise ValueError(f'--layers: layer {i} does not exist (the model has {num_layers})')
+  weights = attention_weights(translator.params, translator.model_config, src, tgt)
+  paths = []
+  for (kind, layer), w in sorted(weights.items()):
+    if layer not in chosen:
+      continue
+    title, query_side, key_side = KINDS[kind]
+    query_side = 'decoder input' if query_side == 'target' else query_side
+    key_side = 'decoder input' if key_side == 'target' else key_side
+    path = os.path.join(out_dir, f'{kind}_layer{layer}.png')
+    plot(w, labels[query_side], labels[key_side],
+         f'{title}, layer {layer}\n{sentence!r} -> {translation!r}', path)
+    paths.append(path)
+  return paths

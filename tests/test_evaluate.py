@@ -1,0 +1,125 @@
+"""Translation and evaluation modes: batching, input order, awkward inputs, output files."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments import demo
+from t2t_jax import bleu, evaluate, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_config():
+  config = demo.get_config()
+  config.dataset = 'synthetic'
+  config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4)
+  config.vocab_size, config.max_length, config.tokens_per_batch = 40, 12, 16 * 12
+  config.num_train_steps, config.log_every_steps, config.eval_every_steps = 6, 6, 6
+  config.checkpoint_every_steps = 3
+  config.decode_tokens_per_batch = 64
+  config.decode_extra_length = 5
+  return config
+
+
+@pytest.fixture(scope='module')
+def workdir(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp('trained'))
+  train.train_and_evaluate(tiny_config(), path)
+  return path
+
+
+@pytest.mark.parametrize('num_devices', [1, 8])
+def test_decoding_batches_cover_every_sentence_once(num_devices):
+  lengths = np.random.default_rng(0).integers(1, 60, size=203)
+  seen = []
+  rows_of_length = {}
+  for indices, rows, length in evaluate.decoding_batches(
+      lengths, tokens_per_batch=256, num_devices=num_devices, bucket_growth=1.1):
+    assert rows % num_devices == 0 and len(indices) <= rows
+    assert all(lengths[i] <= length for i in indices)
+    assert rows_of_length.setdefault(length, rows) == rows  # one shape per bucket
+    seen += list(indices)
+  assert sorted(seen) == list(range(len(lengths)))
+
+
+def test_translation_keeps_input_order_and_handles_awkward_lines(workdir, caplog):
+  translator = evaluate.Translator(tiny_config(), workdir)
+  sentences = ['5 6 7', '', '9 9 9 9 9 9 9 9', '   ', '3', '11 12']
+  together = translator(sentences)
+  one_by_one = [translator([s])[0] for s in sentences]
+  assert together == one_by_one
+  assert together[1] == '' and together[3] == ''
+  assert all(t == '' or all(tok.isdigit() for tok in t.split()) for t in together)
+  # Too long: truncated (with a warning), never a crash.
+  translator.config.max_decode_input_length = 4
+  out = translator(['5 6 7 8 9 10 11'])
+  assert len(out) == 1 and 'decoding its first 4' in caplog.text
+
+
+def run_main(*args, stdin=None):
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  c = tiny_config()
+  common = ['--config=experiments/demo.py', '--config.dataset=synthetic',
+            '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
+            f'--config.vocab_size={c.vocab_size}', f'--config.max_length={c.max_length}',
+            f'--config.tokens_per_batch={c.tokens_per_batch}',
+            f'--config.decode_tokens_per_batch={c.decode_tokens_per_batch}',
+            f'--config.decode_extra_length={c.decode_extra_length}']
+  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *common, *args], cwd=ROOT,
+                        env=env, input=stdin, capture_output=True, text=True, timeout=600)
+
+
+def test_translate_and_eval_modes(workdir, tmp_path):
+  result = run_main(f'--workdir={workdir}', '--mode=translate', '--input=-',
+                    stdin='5 6 7\n\n8 9\n')
+  assert result.returncode == 0, result.stderr[-3000:]
+  lines = result.stdout.split('\n')
+  assert len(lines) == 4 and lines[1] == '' and lines[3] == ''  # 3 lines, in order
+  result = run_main(f'--workdir={workdir}', '--mode=eval')
+  assert result.returncode == 0, result.stderr[-3000:]
+  out_dir = os.path.join(workdir, 'eval', '6')
+  hyps = open(os.path.join(out_dir, 'hypotheses.txt')).read().splitlines()
+  refs = open(os.path.join(out_dir, 'references.txt')).read().splitlines()
+  scores = json.load(open(os.path.join(out_dir, 'scores.json')))
+  assert len(hyps) == len(refs) == scores['sentences'] > 0
+  expected = bleu.bleu_scores(hyps, refs, target_lang='de')
+  assert scores['sacrebleu'] == pytest.approx(expected['sacrebleu'])
+  assert scores['tok_bleu'] == pytest.approx(expected['tok_bleu'])
+  assert scores['sacrebleu_signature'].startswith('nrefs:1|case:mixed')
+  assert scores['params'] == 'checkpoints/6'
+
+
+def test_translate_prefers_the_averaged_checkpoint(workdir):
+  from t2t_jax import checkpoints
+  checkpoints.average_checkpoints(workdir, 2)
+  assert evaluate.Translator(tiny_config(), workdir).source == 'averaged/6'
+
+
+def test_attention_mode_writes_one_png_per_layer_and_kind(workdir, tmp_path):
+  result = run_main(f'--workdir={workdir}', '--mode=attention', '--input=5 6 7 8',
+                    f'--output={tmp_path}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  names = sorted(os.listdir(tmp_path))
+  assert names == ['decoder_cross_attention_layer0.png', 'decoder_self_attention_layer0.png',
+                   'encoder_self_attention_layer0.png']
+  for name in names:
+    assert open(tmp_path / name, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+def test_attention_weights_are_distributions(workdir):
+  from t2t_jax import attention_maps
+  translator = evaluate.Translator(tiny_config(), workdir)
+  weights = attention_maps.attention_weights(translator.params, translator.model_config,
+                                             [5, 6, 7, 1], [8, 9, 1])
+  assert set(weights) == {('encoder_self_attention', 0), ('decoder_self_attention', 0),
+                          ('decoder_cross_attention', 0)}
+  assert weights[('encoder_self_attention', 0)].shape == (4, 4, 4)  # [heads, q, k]
+  assert weights[('decoder_cross_attention', 0)].shape == (4, 3, 4)
+  for w in weights.values():
+    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-5)
+  # Causal: no decoder position attends to a later one.
+  assert np.all(np.triu(weights[('decoder_self_attention', 0)], k=1) == 0)
