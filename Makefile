@@ -17,8 +17,18 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
+DEMO = $(PY) -m t2t_jax.main --config=experiments/demo.py --workdir=$(WORKDIR)
+
+# Train (resumes if interrupted), average the last checkpoints, translate five held-out
+# sentences, then score the whole held-out test split.
 demo: setup
-	$(PY) -m t2t_jax.main --config=experiments/demo.py --workdir=$(WORKDIR)
+	$(DEMO) --mode=train
+	$(DEMO) --mode=average
+	@echo '--- five held-out test sentences and their translations ---'
+	@head -n 5 $(WORKDIR)/demo_corpus/test.en > $(WORKDIR)/examples.en
+	$(DEMO) --mode=translate --input=$(WORKDIR)/examples.en --output=$(WORKDIR)/examples.de
+	@paste -d '\n' $(WORKDIR)/examples.en $(WORKDIR)/examples.de | sed 'n;s/^/  -> /'
+	$(DEMO) --mode=eval
 
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)

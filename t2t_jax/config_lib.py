@@ -34,7 +34,10 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
     _positive_int(config, key)
   for key in ('keep_checkpoints', 'average_last'):
     _positive_int(config, key)
-  for key in ('checkpoint_every_steps', 'checkpoint_every_minutes'):
+  for key in ('beam_size', 'decode_tokens_per_batch', 'max_decode_input_length'):
+    _positive_int(config, key)
+  for key in ('checkpoint_every_steps', 'checkpoint_every_minutes', 'eval_bleu_every_steps',
+              'decode_extra_length', 'beam_alpha'):
     if not config[key] >= 0:
       raise ValueError(f'config.{key}: must be ≥ 0 (0 = off), got {config[key]!r}')
   if not config.label_smoothing >= 0.0 or not config.label_smoothing < 1.0:

@@ -135,7 +135,7 @@ class SyntheticEvalSet:
 
 def get_datasets(config: ml_collections.ConfigDict, *, num_devices: int, process_index: int = 0,
                  process_count: int = 1):
-  """The `data.Datasets` of the synthetic task: no tokenizer, a train iterator, a dev set."""
+  """The `data.Datasets` of the synthetic task: ids as text, a train iterator, a dev set."""
   from t2t_jax import data  # data.py dispatches here; import late to avoid a cycle
   rows = _global_rows(config, num_devices)
   held_out = make_batch(rows, config.vocab_size, config.max_length, config.seed, HELD_OUT_BATCH)
@@ -143,4 +143,4 @@ def get_datasets(config: ml_collections.ConfigDict, *, num_devices: int, process
                          process_count)
   train = SyntheticIterator(config, num_devices=num_devices, process_index=process_index,
                             process_count=process_count)
-  return data.Datasets(tokenizer=None, train=train, dev=dev, test=dev)
+  return data.Datasets(tokenizer=IdTokenizer(config.vocab_size), train=train, dev=dev, test=dev)

@@ -283,6 +283,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
         pending = []
       if datasets.dev is not None and _is_due(step, config.eval_every_steps, last):
         summary.update(_evaluate_dev(eval_fn, state.params, datasets.dev, mesh, writer, step))
+      if datasets.dev is not None and config.eval_bleu_every_steps > 0 and _is_due(
+          step, config.eval_bleu_every_steps, last):
+        summary.update(_dev_bleu(config, model_config, state.params, datasets, mesh, writer, step))
       if checkpointer.should_save(step) or step == last or stop.requested is not None:
         _check_finite(pending, step, checkpointer)
         checkpointer.save(state, datasets.train.get_state())
@@ -312,11 +315,27 @@ def _evaluate_dev(eval_fn: Callable, params: Any, dev: Any, mesh: Mesh, writer: 
   return {f'dev_{k}': v for k, v in metrics.items()}
 
 
+def _dev_bleu(config: ml_collections.ConfigDict, model_config: ModelConfig, params: Any,
+              datasets: Any, mesh: Mesh, writer: MetricWriter, step: int) -> dict[str, float]:
+  """Beam-search the dev set with the current parameters; sacreBLEU as `dev_bleu`."""
+  from t2t_jax import bleu, evaluate  # decoding sits below training in the data flow
+  decoder = evaluate.make_sharded_decoder(model_config, config, mesh)
+  hypotheses = evaluate.translate(decoder, params, datasets.dev.sources, datasets.tokenizer,
+                                  config, mesh, max_input_length=config.max_decode_input_length)
+  scores = bleu.bleu_scores(hypotheses, datasets.dev.references, target_lang=config.target_lang)
+  metrics = {'bleu': scores['sacrebleu'], 'tok_bleu': scores['tok_bleu']}
+  writer.write(step, metrics, prefix='dev_')
+  logging.info('step %d  dev sacreBLEU %.2f  tokenized BLEU %.2f', step, scores['sacrebleu'],
+               scores['tok_bleu'])
+  return {'dev_bleu': scores['sacrebleu']}
+
+
 def _log_summary(summary: dict[str, float], step: int, last: int,
                  checkpointer: checkpoints.Checkpointer, signum: int | None) -> None:
   how = (f'stopped by {signal.Signals(signum).name} at step {step}' if signum is not None
          else f'finished {step} steps')
   shown = ', '.join(f'{k} {v:.4g}' for k, v in summary.items()
-                    if k in ('loss', 'perplexity', 'dev_loss', 'dev_perplexity', 'dev_accuracy'))
+                    if k in ('loss', 'perplexity', 'dev_loss', 'dev_perplexity', 'dev_accuracy',
+                             'dev_bleu'))
   logging.info('Training %s (of %d); %s; latest checkpoint: %s/%s', how, last, shown or 'no metrics',
                checkpointer.directory, checkpointer.latest_step())

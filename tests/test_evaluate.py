@@ -123,3 +123,17 @@ def test_attention_weights_are_distributions(workdir):
     np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-5)
   # Causal: no decoder position attends to a later one.
   assert np.all(np.triu(weights[('decoder_self_attention', 0)], k=1) == 0)
+
+
+def test_dev_bleu_during_training_matches_eval_mode(tmp_path):
+  config = tiny_config()
+  config.eval_bleu_every_steps = 3
+  train.train_and_evaluate(config, str(tmp_path))
+  records = [json.loads(line) for line in open(tmp_path / 'metrics.jsonl')]
+  bleu_steps = [r['step'] for r in records if 'dev_bleu' in r]
+  assert bleu_steps == [3, 6]
+  config.eval_split = 'dev'
+  scores = evaluate.run_eval(config, str(tmp_path))
+  assert scores['params'] == 'checkpoints/6'
+  assert [r['dev_bleu'] for r in records if 'dev_bleu' in r][-1] == pytest.approx(
+      scores['sacrebleu'])
