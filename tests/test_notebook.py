@@ -1,0 +1,157 @@
+"""notebooks/colab.ipynb: its structure (fast), and a tiny CPU demo run of the whole notebook.
+
+The run executes every cell with nbclient in a kernel of this interpreter (the venv's python),
+with the T2T_NOTEBOOK_* environment variables shrinking the demo to a few seconds of training.
+"""
+import ast
+import json
+import os
+import re
+import sys
+
+import pytest
+
+nbformat = pytest.importorskip('nbformat')
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOK = os.path.join(ROOT, 'notebooks', 'colab.ipynb')
+
+# Keys of experiments/demo.py (and wmt_ende_base.py), shrunk for a test run.
+TINY_OVERRIDES = ' '.join([
+    '--config.num_train_steps=20',
+    '--config.demo_num_train=2000',
+    '--config.demo_num_eval=50',
+    '--config.vocab_size=500',  # 300 is below the corpus's required characters
+    '--config.model.num_layers=1',
+    '--config.model.d_model=32',
+    '--config.model.d_ff=64',
+    '--config.checkpoint_every_steps=10',
+    '--config.average_last=2',
+    '--config.eval_every_steps=20',
+    '--config.log_every_steps=10',
+    '--config.decode_extra_length=10',  # an untrained model may never stop on its own
+])
+
+
+def read_notebook():
+  with open(NOTEBOOK, encoding='utf-8') as f:
+    return nbformat.read(f, as_version=4)
+
+
+def code_cells(nb):
+  return [cell for cell in nb.cells if cell.cell_type == 'code']
+
+
+def tagged_cell(nb, tag):
+  cells = [cell for cell in code_cells(nb) if tag in cell.metadata.get('tags', [])]
+  assert len(cells) == 1, f'expected one code cell tagged {tag!r}, found {len(cells)}'
+  return cells[0]
+
+
+def pinned_jax_version():
+  with open(os.path.join(ROOT, 'pyproject.toml'), encoding='utf-8') as f:
+    return re.search(r'"jax==([^"]+)"', f.read()).group(1)
+
+
+def test_notebook_is_valid_and_clean():
+  nb = read_notebook()
+  nbformat.validate(nb)
+  assert nb.metadata.kernelspec.name == 'python3'
+  for cell in code_cells(nb):
+    assert not cell.outputs and cell.execution_count is None, 'commit the notebook without outputs'
+    ast.parse(cell.source)  # plain Python: no ! or % magics, so nbclient runs it as is
+  assert any(cell.cell_type == 'markdown' for cell in nb.cells)
+
+
+def test_first_code_cell_holds_the_settings():
+  nb = read_notebook()
+  first = code_cells(nb)[0]
+  assert first is tagged_cell(nb, 'parameters')
+  assert re.search(r"^REPO_URL = 'https://github.com/YOUR_ORG/t2t_jax.git'  # set this to your fork",
+                   first.source, re.M)
+  for name in ('T2T_NOTEBOOK_WORKDIR', 'T2T_NOTEBOOK_OVERRIDES', 'T2T_NOTEBOOK_SKIP_INSTALL'):
+    assert name in first.source
+  assert f"JAX_VERSION = '{pinned_jax_version()}'" in first.source
+
+
+@pytest.mark.parametrize('runtime,config', [('tpu', 'experiments/wmt_ende_base.py'),
+                                            ('gpu', 'experiments/wmt_ende_base.py'),
+                                            ('cpu', 'experiments/demo.py')])
+def test_runtime_selects_the_config(runtime, config):
+  namespace = {'RUNTIME': runtime}
+  exec(tagged_cell(read_notebook(), 'config').source, namespace)  # pylint: disable=exec-used
+  assert namespace['CONFIG'] == config
+  assert os.path.exists(os.path.join(ROOT, config))
+
+
+def test_accelerator_installs_and_modes():
+  source = '\n'.join(cell.source for cell in code_cells(read_notebook()))
+  # The accelerator backends come from JAX_VERSION, which must be the pinned jax.
+  assert "f'jax[tpu]=={JAX_VERSION}'" in source
+  assert "f'jax[cuda12]=={JAX_VERSION}'" in source
+  assert "'-m', 'pip', 'install', '-q', '-e', REPO_DIR" in source
+  assert 'sys.executable' in source
+  for mode in ('train', 'average', 'translate', 'eval'):
+    assert f"t2t('{mode}'" in source
+  assert "'-m', 't2t_jax.main'" in source and 'subprocess' in source
+
+
+@pytest.fixture
+def venv_kernel(tmp_path, monkeypatch):
+  """A kernelspec that runs this interpreter, found first through JUPYTER_PATH."""
+  name = 't2t-jax-test-python'
+  spec_dir = tmp_path / 'jupyter' / 'kernels' / name
+  spec_dir.mkdir(parents=True)
+  (spec_dir / 'kernel.json').write_text(json.dumps({
+      'argv': [sys.executable, '-m', 'ipykernel_launcher', '-f', '{connection_file}'],
+      'display_name': 't2t_jax test (venv python)',
+      'language': 'python',
+  }))
+  monkeypatch.setenv('JUPYTER_PATH', str(tmp_path / 'jupyter'))
+  return name
+
+
+@pytest.mark.slow
+def test_notebook_runs_the_demo_on_cpu(tmp_path, monkeypatch, venv_kernel):
+  nbclient = pytest.importorskip('nbclient')
+  pytest.importorskip('ipykernel')
+  workdir = tmp_path / 'run'
+  monkeypatch.setenv('T2T_NOTEBOOK_WORKDIR', str(workdir))
+  monkeypatch.setenv('T2T_NOTEBOOK_OVERRIDES', TINY_OVERRIDES)
+  monkeypatch.setenv('T2T_NOTEBOOK_SKIP_INSTALL', '1')
+  monkeypatch.setenv('T2T_NOTEBOOK_RUNTIME', 'cpu')  # the demo path even on a GPU machine
+  monkeypatch.setenv('MPLBACKEND', 'module://matplotlib_inline.backend_inline')
+  nb = read_notebook()
+  client = nbclient.NotebookClient(
+      nb, kernel_name=venv_kernel, timeout=600,
+      resources={'metadata': {'path': os.path.join(ROOT, 'notebooks')}})
+  try:
+    client.execute()
+  finally:  # keep the executed notebook for a look when something fails
+    nbformat.write(nb, str(tmp_path / 'executed.ipynb'))
+
+  outputs = []
+  images = 0
+  for cell in code_cells(nb):
+    for output in cell.outputs:
+      assert output.output_type != 'error', f"{output.ename}: {output.evalue}"
+      if output.output_type == 'stream':
+        outputs.append(output.text)
+      images += 'image/png' in output.get('data', {})
+  text = ''.join(outputs)
+  assert images >= 1, 'no training curve'
+
+  eval_dir = workdir / 'eval'
+  steps = [name for name in os.listdir(eval_dir) if name.isdigit()]
+  assert steps == ['20']
+  scores = json.loads((eval_dir / '20' / 'scores.json').read_text())
+  assert isinstance(scores['sacrebleu'], float) and 0 <= scores['sacrebleu'] <= 100
+  assert f'"sacrebleu": {scores["sacrebleu"]}' in text  # printed by the notebook
+  assert scores['params'].startswith('averaged')
+
+  sources = (workdir / 'examples.en').read_text(encoding='utf-8').splitlines()
+  translations = (workdir / 'examples.de').read_text(encoding='utf-8').splitlines()
+  test_en = (workdir / 'demo_corpus' / 'test.en').read_text(encoding='utf-8').splitlines()
+  assert len(sources) == len(translations) == 5 and sources == test_en[:5]
+  for source, translation in zip(sources, translations):
+    assert f'EN: {source}\nDE: {translation}\n' in text
