@@ -1,0 +1,107 @@
+"""Beam-search decoding speed on this machine (§6.1 settings), as JSON lines.
+
+  python benchmarks/decode.py [--config base] [--sentences 64] [--uncached-sentences 2]
+
+The base config with random weights decodes `sentences` × 32-token inputs with beam 4,
+α = 0.6. Random weights never reliably emit EOS, so early stopping is off and every
+sentence runs to its limit, input + 50 = 82 steps; tokens/s counts those 82 positions a
+sentence (the peers' benchmark shape: ~3.4 sentences/s, PyTorch with a growing cache).
+
+The uncached reference re-runs the decoder over the whole current segment of positions
+each step (16, 32, 64 or 82: static shapes, see decode.segment_lengths; a mean of 52.3
+positions a step against 41.5 for an exactly growing prefix). It is slow, so it gets fewer
+sentences; the cached search is timed again on that same batch for a like-for-like ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from experiments import demo, wmt_ende_base  # noqa: E402
+from t2t_jax import config_lib, decode  # noqa: E402
+from t2t_jax.model import Transformer  # noqa: E402
+
+CONFIGS = {'base': wmt_ende_base, 'demo': demo}
+
+
+def random_sources(rows: int, length: int, vocab_size: int, seed: int = 0) -> np.ndarray:
+  """[rows, length] word ids ending in EOS, no padding: every sentence has the full limit."""
+  src = np.random.default_rng(seed).integers(3, vocab_size, (rows, length), dtype=np.int32)
+  src[:, -1] = decode.EOS_ID
+  return src
+
+
+def time_decode(params, src: np.ndarray, args: argparse.Namespace, model_config, *,
+                use_cache: bool) -> dict:
+  """Compiles once, warms up once, then times `args.repeats` runs (median)."""
+  static = dict(config=model_config, beam_size=args.beam, extra_length=args.extra_length,
+                early_stop=False, use_cache=use_cache)
+  t0 = time.perf_counter()
+  compiled = decode.beam_search.lower(params, src, alpha=0.6, **static).compile()
+  compile_s = time.perf_counter() - t0
+  run = lambda: compiled(params, src, alpha=0.6)  # noqa: E731 -- α is traced, not static
+  jax.block_until_ready(run())  # warm-up
+  load = os.getloadavg()[0]  # other processes share the CPU: a high load means slower runs
+  walls, cpus = [], []
+  for _ in range(args.repeats):
+    t0, c0 = time.perf_counter(), time.process_time()
+    ids, _ = run()
+    jax.block_until_ready(ids)
+    walls.append(time.perf_counter() - t0)
+    cpus.append(time.process_time() - c0)
+  wall = float(np.median(walls))
+  rows, steps = src.shape[0], src.shape[1] + args.extra_length
+  return {'benchmark': 'decode', 'config': args.config, 'cache': use_cache,
+          'sentences': rows, 'input_tokens': src.shape[1], 'beam_size': args.beam,
+          'steps': steps, 'early_stop': False, 'seconds': round(wall, 3),
+          'sentences_per_s': round(rows / wall, 3),
+          'output_tokens_per_s': round(rows * steps / wall, 1),
+          'best_output_tokens': int((np.asarray(ids) != 0).sum()),
+          'cpu_seconds_per_wall_second': round(float(np.median(cpus)) / wall, 2),
+          'load_average_1min': round(load, 2),
+          'compile_seconds': round(compile_s, 1)}
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--config', default='base', choices=sorted(CONFIGS))
+  parser.add_argument('--sentences', type=int, default=64)
+  parser.add_argument('--length', type=int, default=32)
+  parser.add_argument('--beam', type=int, default=4)
+  parser.add_argument('--extra-length', type=int, default=50)
+  parser.add_argument('--uncached-sentences', type=int, default=2, help='0: skip')
+  parser.add_argument('--repeats', type=int, default=1)
+  args = parser.parse_args()
+  model_config = config_lib.validate(CONFIGS[args.config].get_config()).replace(
+      deterministic=True)
+  dummy = np.ones((1, 2), np.int32)
+  params = jax.jit(lambda rng: Transformer(model_config).init(rng, dummy, dummy)['params'])(
+      jax.random.PRNGKey(0))
+  src = random_sources(args.sentences, args.length, model_config.vocab_size)
+  common = {'backend': jax.default_backend(), 'cpu_count': os.cpu_count()}
+  print(json.dumps(time_decode(params, src, args, model_config, use_cache=True) | common),
+        flush=True)
+  if args.uncached_sentences:
+    small = src[:args.uncached_sentences]
+    cached = time_decode(params, small, args, model_config, use_cache=True)
+    uncached = time_decode(params, small, args, model_config, use_cache=False)
+    steps = small.shape[1] + args.extra_length
+    segments = decode.segment_lengths(steps)
+    recomputed = [next(n for n in segments if t < n) for t in range(steps)]
+    uncached['mean_positions_recomputed_per_step'] = round(float(np.mean(recomputed)), 1)
+    uncached['cache_speedup'] = round(uncached['seconds'] / cached['seconds'], 2)
+    for result in (cached, uncached):
+      print(json.dumps(result | common), flush=True)
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,361 @@
+"""Beam search with a key/value cache, §6.1.
+
+"We used beam search with a beam size of 4 and length penalty α = 0.6 [Wu et al. 2016] ...
+We set the maximum output length during inference to input length + 50, but terminate early
+when possible." (§6.1). Hypotheses Y are ranked by log P(Y|X) / lp(Y) with the GNMT penalty
+lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting the final EOS (as tensor2tensor and flax do).
+
+The whole search is one `jax.jit`. Each step runs the decoder on the newest position only
+(the cache of model.py), takes the top 2·beam of the [batch, beam·vocab] extensions, keeps
+the best `beam` that do not end in EOS as live, and keeps the best finished hypothesis of
+each sentence. Steps run in `lax.while_loop`s, one per cache length (16, 32, 64, ..., T):
+the cost of attending over and reordering the cache grows with its length, and a short
+cache serves the early steps.
+
+Choices and deviations (the paper leaves them open):
+  * the maximum output length is per sentence: |Y| ≤ (its non-padding source tokens) + 50
+    (and ≤ max_len with learned positions); at that length only EOS may follow, and EOS's
+    probability counts in the score;
+  * a source row without words (all padding, or only EOS: an empty line) may only emit
+    EOS: its output is empty;
+  * token 0 (padding, the start symbol) is never emitted, since a 0 inside an output would
+    read as its end; its probability is not renormalised away;
+  * a sentence stops early once no live hypothesis can beat its best finished one (t2t's
+    `stop_early`); the loop ends when every sentence has stopped;
+  * beam size 1 takes one candidate a step instead of two, so it is exactly greedy decoding;
+  * only the best finished hypothesis is kept (t2t/flax keep `beam` of them).
+
+Shapes: b = batch, k = beam, v = vocabulary, T = cache length (the longest output allowed).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from t2t_jax.model import PAD_ID, ModelConfig, Transformer
+
+Array = jax.Array
+Cache = Any  # the model's 'cache' collection, a nested dict of arrays
+# (carry, live sequences [b, k, T+1], step, segment length) -> (logits [b, k, v], carry)
+StepFn = Callable[[Any, Array, Array, int], tuple[Array, Any]]
+
+NEG_INF = -jnp.inf  # a true -inf: scores are only ever added, divided by lp > 0 and compared
+EOS_ID = 1  # t2t_jax.synthetic.EOS_ID and the SentencePiece EOS
+
+
+class Beams(NamedTuple):
+  """The while-loop state. Sequences start with the start symbol PAD_ID at position 0."""
+  step: Array  # [] tokens generated so far
+  live_seqs: Array  # [b, k, T+1]
+  live_logprobs: Array  # [b, k] log P of each live prefix, sorted best first; -inf = empty
+  finished_seq: Array  # [b, T+1] best finished hypothesis (ends in EOS, then 0s)
+  finished_score: Array  # [b] its log P / lp; -inf until one exists
+  carry: Any  # the step function's state: the key/value cache, or None
+
+
+def length_penalty(length: Array | int, alpha: float | Array) -> Array:
+  """lp(Y) = ((5 + |Y|) / 6)^α: GNMT (Wu et al. 2016, eq. 14), the penalty of §6.1."""
+  return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
+def max_decode_length(src_len: int, config: ModelConfig, extra_length: int) -> int:
+  """Cache length T: the padded source length + extra, within a learned embedding's range."""
+  length = src_len + extra_length
+  return min(length, config.max_len) if config.positional == 'learned' else length
+
+
+def output_limits(src: Array, extra_length: int, max_len: int, eos_id: int = EOS_ID) -> Array:
+  """[b] each sentence's longest output |Y| (with EOS): its own input length + extra, §6.1.
+
+  The input length counts every non-padding token, EOS included. A row without words (all
+  padding, or only EOS: an empty line) gets 1, so that it can only emit EOS.
+  """
+  lengths = jnp.sum(src != PAD_ID, axis=1)  # [b]
+  words = jnp.sum((src != PAD_ID) & (src != eos_id), axis=1)  # [b]
+  return jnp.where(words == 0, 1, jnp.minimum(lengths + extra_length, max_len))
+
+
+def init_cache(params: Any, encoded: Array, src: Array, max_len: int, *,
+               config: ModelConfig) -> Cache:
+  """The decoder's cache for outputs of up to `max_len` tokens, for batch [b].
+
+  The call on a dummy full-length target only fixes the cache shapes and projects the
+  encoder output to cross-attention keys/values; its logits are unused, so under jit XLA
+  drops that decoder pass.
+  """
+  dec = Transformer(config.replace(decode=True, deterministic=True))
+  dummy = jnp.zeros((src.shape[0], max_len), jnp.int32)  # [b, T]
+  _, variables = dec.apply({'params': params}, encoded, src, dummy, method=Transformer.decode,
+                           mutable=['cache'])
+  return variables['cache']
+
+
+def decode_step(params: Any, cache: Cache, encoded: Array, src: Array, ids: Array, *,
+                config: ModelConfig) -> tuple[Array, Cache]:
+  """One incremental decoder step: ids [b, 1] (previous tokens) -> logits [b, v], cache."""
+  dec = Transformer(config.replace(decode=True, deterministic=True))
+  logits, variables = dec.apply({'params': params, 'cache': cache}, encoded, src, ids,
+                                method=Transformer.decode, mutable=['cache'])
+  return logits[:, 0], variables['cache']
+
+
+def _leaf_name(path: tuple) -> str | None:
+  return getattr(path[-1], 'key', None)
+
+
+def _is_self_attention_cache(path: tuple) -> bool:
+  return _leaf_name(path) in ('cached_key', 'cached_value')
+
+
+# [b, s, h, d] -> [b, h, d, s]: how XLA's CPU dot reads one head's keys and values.
+_DOT_LAYOUT = (0, 2, 3, 1)
+_MODEL_LAYOUT = (0, 3, 1, 2)  # the inverse
+
+
+def _transpose_cross_cache(cache: Cache, perm: tuple[int, ...]) -> Cache:
+  """Transposes the cross-attention keys/values, [b, s, h, d] as the model keeps them.
+
+  Kept in the loop as [b, h, d, s], the transpose the attention einsum needs cancels with
+  the one back to the model's layout, instead of XLA copying every cross-attention
+  key/value at every step (~13% of a base-model step on a 2-core CPU). Drop this if
+  model.py comes to keep them heads-major itself: values stay right, the gain turns to loss.
+  """
+  return jax.tree_util.tree_map_with_path(
+      lambda path, x: jnp.transpose(x, perm)
+      if _leaf_name(path) in ('cross_key', 'cross_value') else x, cache)
+
+
+def tile_cache(cache: Cache, beam_size: int) -> Cache:
+  """[b, ...] -> [b·k, ...] for every per-sentence leaf; row i·k + j is sentence i, beam j."""
+  return jax.tree_util.tree_map(
+      lambda x: jnp.repeat(x, beam_size, axis=0) if x.ndim else x, cache)
+
+
+def reorder_cache(cache: Cache, parents: Array) -> Cache:
+  """Moves each beam's self-attention keys/values to where its children now live.
+
+  parents [b, k]: the old beam of each new beam. The cross-attention keys/values are equal
+  across a sentence's beams, and the step counters are shared scalars: neither is gathered.
+  """
+  b, k = parents.shape
+  rows = (parents + k * jnp.arange(b)[:, None]).reshape(b * k)  # [b·k] into the flat batch
+  return jax.tree_util.tree_map_with_path(
+      lambda path, x: x[rows] if _is_self_attention_cache(path) else x, cache)
+
+
+def grow_cache(cache: Cache, shapes: Cache) -> Cache:
+  """Zero-pads the self-attention keys/values at the end to their `shapes` (a longer cache of
+  the same batch, from jax.eval_shape); the model masks the positions not yet written."""
+  def grow(path: tuple, x: Array, shape: jax.ShapeDtypeStruct) -> Array:
+    if not _is_self_attention_cache(path) or x.shape == shape.shape:
+      return x
+    return jnp.pad(x, [(0, new - old) for old, new in zip(x.shape, shape.shape)])
+  return jax.tree_util.tree_map_with_path(grow, cache, shapes)
+
+
+def segment_lengths(max_len: int, first: int = 16) -> list[int]:
+  """Cache lengths of the successive loops: doubling from `first`, ending at max_len.
+
+  Attending over and reordering the whole cache costs time in proportion to its length,
+  so early steps run on a short cache; each length is a loop of its own (static shapes).
+  """
+  lengths = []
+  while first < max_len:
+    lengths, first = lengths + [first], 2 * first
+  return lengths + [max_len]
+
+
+def _next_log_probs(logits: Array, step: Array, limits: Array, eos_id: int) -> Array:
+  """log P(next token) [b, k, v] in float32, with PAD banned and EOS forced at the limit."""
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [b, k, v]
+  vocab = jnp.arange(logp.shape[-1])
+  banned = (vocab == PAD_ID) | ((step + 1 >= limits)[:, None, None] & (vocab != eos_id))
+  return jnp.where(banned, NEG_INF, logp)
+
+
+def _grow(beams: Beams, logp: Array, reorder: Callable[[Any, Array], Any], *,
+          alpha: float | Array, eos_id: int) -> Beams:
+  """One step: extend every live prefix by every token; keep the best live and finished."""
+  b, k, v = logp.shape
+  t = beams.step
+  candidates = (beams.live_logprobs[:, :, None] + logp).reshape(b, k * v)  # [b, k·v]
+  # 2k candidates always leave k that do not end in EOS (each parent adds at most one EOS);
+  # with k = 1, a single candidate makes the search exactly greedy.
+  top_logprobs, flat = lax.top_k(candidates, 2 * k if k > 1 else 1)  # [b, n]
+  parents, tokens = flat // v, flat % v  # [b, n]
+  seqs = jnp.take_along_axis(beams.live_seqs, parents[:, :, None], axis=1)  # [b, n, T+1]
+  seqs = lax.dynamic_update_index_in_dim(seqs, tokens[:, :, None], t + 1, axis=2)
+  is_eos = tokens == eos_id
+  live_logprobs, keep = lax.top_k(jnp.where(is_eos, NEG_INF, top_logprobs), k)  # [b, k]
+  live_seqs = jnp.take_along_axis(seqs, keep[:, :, None], axis=1)  # [b, k, T+1]
+  carry = reorder(beams.carry, jnp.take_along_axis(parents, keep, axis=1))
+  scores = jnp.where(is_eos, top_logprobs / length_penalty(t + 1, alpha), NEG_INF)  # [b, n]
+  best = jnp.argmax(scores, axis=1)  # [b]
+  best_score = jnp.take_along_axis(scores, best[:, None], axis=1)[:, 0]  # [b]
+  best_seq = jnp.take_along_axis(seqs, best[:, None, None], axis=1)[:, 0]  # [b, T+1]
+  better = best_score > beams.finished_score  # a tie keeps the earlier, shorter hypothesis
+  return Beams(step=t + 1, live_seqs=live_seqs, live_logprobs=live_logprobs,
+               finished_seq=jnp.where(better[:, None], best_seq, beams.finished_seq),
+               finished_score=jnp.where(better, best_score, beams.finished_score),
+               carry=carry)
+
+
+def best_possible_score(live_logprobs: Array, step: Array, limits: Array,
+                        alpha: float | Array) -> Array:
+  """[b] the highest score any continuation of a live prefix [b] can still reach.
+
+  A live prefix of `step` tokens with log-prob p ≤ 0 finishes with log P ≤ p at a length
+  |Y| in [step + 1, limit], so its score is at most p / max lp(|Y|). lp is monotonic in
+  |Y|, so the max is at an end: at the sentence's own limit when α ≥ 0 (the bound of
+  tensor2tensor and flax, here per sentence), at step + 1 when α < 0.
+  """
+  lp_max = jnp.maximum(length_penalty(step + 1, alpha), length_penalty(limits, alpha))
+  return live_logprobs / lp_max
+
+
+def _all_done(beams: Beams, limits: Array, alpha: float | Array) -> Array:
+  """True once, in every sentence, no live hypothesis can beat the best finished one."""
+  bound = best_possible_score(beams.live_logprobs[:, 0], beams.step, limits, alpha)  # [b]
+  return jnp.all(beams.finished_score > bound)
+
+
+def _initial_beams(batch: int, beam_size: int, max_len: int, carry: Any) -> Beams:
+  """One live hypothesis per sentence, the empty prefix; the other beams empty (-inf)."""
+  live_logprobs = jnp.full((batch, beam_size), NEG_INF).at[:, 0].set(0.0)  # [b, k]
+  return Beams(step=jnp.array(0, jnp.int32),
+               live_seqs=jnp.full((batch, beam_size, max_len + 1), PAD_ID, jnp.int32),
+               live_logprobs=live_logprobs,
+               finished_seq=jnp.full((batch, max_len + 1), PAD_ID, jnp.int32),
+               finished_score=jnp.full((batch,), NEG_INF), carry=carry)
+
+
+def _cached_step(params: Any, encoded: Array, src: Array, max_len: int, config: ModelConfig,
+                 beam_size: int) -> tuple[StepFn, Cache, Callable[[Cache, int], Cache]]:
+  """Incremental decoding: each step feeds only the newest token through the cache.
+
+  Returns the step, the initial cache (`max_len` positions) and a function that grows the
+  cache to a given length, whatever the model's layout of it.
+  """
+  def new_cache(params: Any, encoded: Array, src: Array, length: int) -> Cache:
+    return tile_cache(init_cache(params, encoded, src, length, config=config), beam_size)
+
+  def grow(cache: Cache, length: int) -> Cache:
+    shapes = jax.eval_shape(functools.partial(new_cache, length=length), params, encoded, src)
+    return grow_cache(cache, shapes)
+
+  # Cross-attention keys/values are projected once per sentence, then copied to its beams.
+  cache = new_cache(params, encoded, src, max_len)
+  encoded_k, src_k = (jnp.repeat(x, beam_size, axis=0) for x in (encoded, src))  # [b·k, ...]
+
+  def step(cache: Cache, seqs: Array, t: Array, length: int) -> tuple[Array, Cache]:
+    del length  # the cache's own shape
+    b, k = seqs.shape[:2]
+    ids = lax.dynamic_index_in_dim(seqs, t, axis=2).reshape(b * k, 1)  # [b·k, 1]
+    logits, cache = decode_step(params, _transpose_cross_cache(cache, _MODEL_LAYOUT),
+                                encoded_k, src_k, ids, config=config)  # [b·k, v]
+    return logits.reshape(b, k, -1), _transpose_cross_cache(cache, _DOT_LAYOUT)
+  # The barrier stops XLA from folding the transpose back into the loop, where it would
+  # run every step again.
+  return step, lax.optimization_barrier(_transpose_cross_cache(cache, _DOT_LAYOUT)), grow
+
+
+def _uncached_step(params: Any, encoded: Array, src: Array, config: ModelConfig,
+                   beam_size: int) -> StepFn:
+  """The reference without a cache: each step re-runs the decoder on the whole prefix.
+
+  Static shapes inside a loop mean the whole segment (see segment_lengths), not just the
+  prefix, is recomputed; the causal mask keeps later positions from mattering.
+  """
+  model = Transformer(config.replace(deterministic=True))
+  encoded, src = (jnp.repeat(x, beam_size, axis=0) for x in (encoded, src))  # [b·k, ...]
+
+  def step(carry: None, seqs: Array, t: Array, length: int) -> tuple[Array, None]:
+    b, k = seqs.shape[:2]
+    inputs = seqs[:, :, :length].reshape(b * k, length)  # [b·k, length]: start + prefix
+    logits = model.apply({'params': params}, encoded, src, inputs, method=Transformer.decode)
+    logits = lax.dynamic_index_in_dim(logits, t, axis=1, keepdims=False)  # [b·k, v]
+    return logits.reshape(b, k, -1), carry
+  return step
+
+
+def _run(beams: Beams, step_fn: StepFn, limits: Array, lengths: list[int], *,
+         grow: Callable[[Any, int], Any], reorder: Callable[[Any, Array], Any],
+         alpha: float | Array, eos_id: int, early_stop: bool) -> Beams:
+  """The search loop, one `lax.while_loop` per cache length; each stops at its length."""
+  for length in lengths:
+    def cond(beams: Beams, length: int = length) -> Array:
+      running = beams.step < jnp.minimum(length, jnp.max(limits))
+      return running & ~_all_done(beams, limits, alpha) if early_stop else running
+
+    def body(beams: Beams, length: int = length) -> Beams:
+      logits, carry = step_fn(beams.carry, beams.live_seqs, beams.step, length)  # [b, k, v]
+      logp = _next_log_probs(logits, beams.step, limits, eos_id)
+      return _grow(beams._replace(carry=carry), logp, reorder, alpha=alpha, eos_id=eos_id)
+
+    beams = lax.while_loop(cond, body, beams._replace(carry=grow(beams.carry, length)))
+  return beams
+
+
+def search(params: Any, src: Array, *, config: ModelConfig, beam_size: int = 4,
+           alpha: float = 0.6, extra_length: int = 50, eos_id: int = EOS_ID,
+           early_stop: bool = True, use_cache: bool = True) -> Beams:
+  """Beam search over src [b, s] (§6.1); returns the final loop state. Not jitted itself.
+
+  `early_stop=False` runs every sentence to the longest limit in the batch, with the same
+  result; `use_cache=False` recomputes the decoder prefix each step, with the same result.
+  """
+  if beam_size < 1 or extra_length < 0:
+    raise ValueError(f'beam_size must be ≥ 1 and extra_length ≥ 0, got {beam_size}, '
+                     f'{extra_length}')
+  src = jnp.asarray(src, jnp.int32)
+  max_len = max_decode_length(src.shape[1], config, extra_length)  # T
+  limits = output_limits(src, extra_length, max_len, eos_id)  # [b]
+  lengths = segment_lengths(max_len)
+  encoder = Transformer(config.replace(deterministic=True))
+  encoded = encoder.apply({'params': params}, src, method=Transformer.encode)  # [b, s, m]
+  if use_cache:
+    step_fn, carry, grow = _cached_step(params, encoded, src, lengths[0], config, beam_size)
+    reorder = reorder_cache
+  else:  # the sequences are the whole state
+    step_fn, carry = _uncached_step(params, encoded, src, config, beam_size), None
+    grow, reorder = (lambda carry, _: carry), (lambda carry, _: carry)
+  beams = _initial_beams(src.shape[0], beam_size, max_len, carry)
+  return _run(beams, step_fn, limits, lengths, grow=grow, reorder=reorder, alpha=alpha,
+              eos_id=eos_id, early_stop=early_stop)
+
+
+# α is traced, not static: changing it needs no recompilation.
+@functools.partial(jax.jit, static_argnames=('config', 'beam_size', 'extra_length', 'eos_id',
+                                             'early_stop', 'use_cache'))
+def beam_search(params: Any, src: Array, *, config: ModelConfig, beam_size: int = 4,
+                alpha: float = 0.6, extra_length: int = 50, eos_id: int = EOS_ID,
+                early_stop: bool = True, use_cache: bool = True) -> tuple[Array, Array]:
+  """The best hypothesis of each sentence under beam search (§6.1), in one compiled call.
+
+  src [b, s] ids, 0-padded. Returns ids [b, T] (without the start symbol, ending at EOS,
+  then 0s; T = s + extra_length, within a learned embedding's max_len) and their scores
+  [b] = log P(Y|X) / lp(Y). Compiled once per (b, s) and set of static keyword arguments.
+  """
+  beams = search(params, src, config=config, beam_size=beam_size, alpha=alpha,
+                 extra_length=extra_length, eos_id=eos_id, early_stop=early_stop,
+                 use_cache=use_cache)
+  return beams.finished_seq[:, 1:], beams.finished_score
+
+
+def make_decoder(config: ModelConfig, *, beam_size: int = 4, alpha: float = 0.6,
+                 extra_length: int = 50, eos_id: int = EOS_ID, early_stop: bool = True,
+                 ) -> Callable[[Any, Array], tuple[Array, Array]]:
+  """(params, src [b, s]) -> (ids [b, T], scores [b]), jitted; for evaluation loops."""
+  return functools.partial(beam_search, config=config, beam_size=beam_size, alpha=alpha,
+                           extra_length=extra_length, eos_id=eos_id, early_stop=early_stop)
+
+
+def greedy_decode(params: Any, src: Array, *, config: ModelConfig, extra_length: int = 50,
+                  eos_id: int = EOS_ID) -> tuple[Array, Array]:
+  """Greedy decoding: beam search with one beam (its score still divides by lp(Y), α=0.6)."""
+  return beam_search(params, src, config=config, beam_size=1, extra_length=extra_length,
+                     eos_id=eos_id)

@@ -1,0 +1,304 @@
+"""Beam search (§6.1) against exhaustive search, a Python greedy loop and full re-decoding."""
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2t_jax import decode, synthetic, tokenizer
+from t2t_jax.model import PAD_ID, ModelConfig, Transformer
+
+EOS = decode.EOS_ID
+SMALL = ModelConfig(vocab_size=13, num_layers=2, d_model=16, d_ff=32, num_heads=2,
+                    dropout_rate=0.0, deterministic=True)
+# Vocabulary: PAD, EOS and 4 words, so exhaustive search over short outputs is cheap.
+EXACT = SMALL.replace(vocab_size=6, num_layers=1)
+
+
+@functools.lru_cache(maxsize=None)
+def _init_fn(config):
+  dummy = np.ones((1, 2), np.int32)
+  return jax.jit(lambda rng: Transformer(config).init(rng, dummy, dummy)['params'])
+
+
+def _params(config, seed, embedding_scale=3.0):
+  """Random weights; a larger embedding makes next-token distributions peaked, so that
+  near-ties (which float rounding could flip) are unlikely."""
+  params = _init_fn(config)(jax.random.PRNGKey(seed))
+  params['shared_embedding']['embedding'] *= embedding_scale
+  return params
+
+
+@functools.lru_cache(maxsize=None)
+def _full_logits_fn(config):
+  """Teacher-forced logits [n, t, v] with no cache (Transformer.__call__): the reference."""
+  return jax.jit(lambda params, src, targets: Transformer(config).apply(
+      {'params': params}, src, targets))
+
+
+def _padded(outputs, width):
+  """Outputs (lists of ids) 0-padded to [n, width]: later positions cannot change earlier
+  logits (causal mask), and one width means one compilation of the reference."""
+  targets = np.zeros((len(outputs), width), np.int32)
+  for i, output in enumerate(outputs):
+    targets[i, :len(output)] = output
+  return targets
+
+
+def _log_softmax(logits):
+  logits = np.asarray(logits, np.float64)
+  shifted = logits - logits.max(axis=-1, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _score(params, config, src_row, outputs, alpha, width=16):
+  """log P(Y|X) / lp(Y) of each output (ids ending in EOS), by full re-decoding."""
+  targets = _padded(outputs, width)  # [n, width]
+  src = np.repeat(src_row[None], len(outputs), axis=0)
+  logp = _log_softmax(_full_logits_fn(config)(params, src, targets))  # [n, width, v]
+  token_logp = np.take_along_axis(logp, targets[:, :, None], axis=2)[:, :, 0]
+  lengths = np.array([len(output) for output in outputs])
+  total = np.where(np.arange(width) < lengths[:, None], token_logp, 0.0).sum(axis=1)
+  return total / ((5.0 + lengths) / 6.0) ** alpha
+
+
+def _limit(src_row, extra_length):
+  """Per-sentence maximum output length: input length + extra (§6.1), 1 without words."""
+  length = int((src_row != PAD_ID).sum())
+  return length + extra_length if (src_row > EOS).any() else 1
+
+
+def _exhaustive(params, config, src_row, extra_length, alpha):
+  """The best (ids, score) over every output w_1 … w_{n-1} EOS with n ≤ the limit."""
+  words = range(EOS + 1, config.vocab_size)  # neither PAD nor EOS
+  outputs = [list(w) + [EOS] for n in range(_limit(src_row, extra_length))
+             for w in itertools.product(words, repeat=n)]
+  scores = _score(params, config, src_row, outputs, alpha)
+  return outputs[int(scores.argmax())], scores.max()
+
+
+def _trim(ids):
+  """The output up to and including the first EOS."""
+  ids = list(np.asarray(ids))
+  return ids[:ids.index(EOS) + 1] if EOS in ids else ids
+
+
+def _constant_params(config, logits):
+  """Weights whose decoder ignores its input: every step has the same next-token logits,
+  `logits[token]` for the tokens given and -30 for the rest."""
+  params = _params(config, 0, embedding_scale=1.0)
+  last = params['decoder'][f'layer_{config.num_layers - 1}']['ffn_sublayer']['layer_norm']
+  last['scale'] = jnp.zeros_like(last['scale'])  # the decoder output is the bias alone
+  last['bias'] = jnp.zeros_like(last['bias']).at[0].set(1.0)
+  column = np.full(config.vocab_size, -30.0, np.float32)  # output logits = embedding[:, 0]
+  column[list(logits)] = list(logits.values())
+  params['shared_embedding']['embedding'] = params['shared_embedding']['embedding'].at[
+      :, 0].set(column)
+  return params, _log_softmax(column)
+
+
+_jit_search = jax.jit(decode.search, static_argnames=(
+    'config', 'beam_size', 'extra_length', 'eos_id', 'early_stop', 'use_cache'))
+
+
+def test_length_penalty_is_gnmt_formula():
+  lp = lambda length, alpha: float(decode.length_penalty(length, alpha))  # noqa: E731
+  assert lp(1, 0.6) == pytest.approx(1.0)  # (5 + 1) / 6 = 1
+  assert lp(7, 1.0) == pytest.approx(2.0)
+  assert lp(7, 0.6) == pytest.approx(2.0 ** 0.6)
+  assert lp(25, 0.5) == pytest.approx(5.0 ** 0.5)
+  assert lp(40, 0.0) == pytest.approx(1.0)
+
+
+def test_segment_lengths_double_up_to_the_cache_length():
+  assert decode.segment_lengths(82) == [16, 32, 64, 82]
+  assert decode.segment_lengths(64) == [16, 32, 64]
+  assert decode.segment_lengths(5) == [5]
+
+
+def test_cached_steps_with_reordering_equal_full_decoding():
+  """decode_step through the cache, with beams re-ranked between steps, gives the logits of
+  decoding each beam's whole history from scratch."""
+  c, b, k, steps = SMALL, 2, 3, 6
+  rng = np.random.default_rng(0)
+  src = rng.integers(2, c.vocab_size, (b, 5)).astype(np.int32)
+  src[1, 3:] = PAD_ID
+  params = _params(c, 0, embedding_scale=1.0)
+  # Jitted only to spare op-by-op dispatch; the functions are those beam search uses.
+  encoded = jax.jit(functools.partial(Transformer(c).apply, method=Transformer.encode))(
+      {'params': params}, src)
+  init = jax.jit(decode.init_cache, static_argnames=('max_len', 'config'))
+  cache = decode.tile_cache(init(params, encoded, src, steps, config=c), k)
+  encoded_k, src_k = np.repeat(encoded, k, axis=0), np.repeat(src, k, axis=0)
+  step = jax.jit(decode.decode_step, static_argnames='config')
+  reorder = jax.jit(decode.reorder_cache)
+  history = np.zeros((b, k, 0), np.int32)  # tokens fed after the start symbol
+  for t in range(steps):
+    last = history[:, :, -1] if t else np.full((b, k), PAD_ID, np.int32)
+    logits, cache = step(params, cache, encoded_k, src_k, last.reshape(b * k, 1), config=c)
+    targets = _padded(list(history.reshape(b * k, t)), steps)  # [b·k, steps]
+    full = _full_logits_fn(c)(params, src_k, targets)
+    np.testing.assert_allclose(logits, full[:, t], rtol=1e-5, atol=1e-5)
+    history = np.concatenate([history, rng.integers(2, c.vocab_size, (b, k, 1))], axis=2)
+    parents = rng.integers(0, k, (b, k))  # with repeats: some beams die, some split
+    history = np.take_along_axis(history, parents[:, :, None], axis=1)
+    cache = reorder(cache, parents)
+
+
+@pytest.mark.parametrize('alpha', [0.0, 0.6, 1.0])
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_wide_beam_equals_exhaustive_search(seed, alpha):
+  """With 64 beams no prefix of ≤ 3 words is ever pruned, so beam search is exact."""
+  src = np.array([[2, 3, 1], [4, 1, 0]], np.int32)  # limits 4 and 3 with extra_length 1
+  params = _params(EXACT, seed)
+  ids, scores = decode.beam_search(params, src, config=EXACT, beam_size=64, alpha=alpha,
+                                   extra_length=1)
+  for row in range(len(src)):
+    best_ids, best_score = _exhaustive(params, EXACT, src[row], 1, alpha)
+    assert _trim(ids[row]) == best_ids
+    np.testing.assert_allclose(scores[row], best_score, rtol=1e-5)
+
+
+def test_wide_beam_equals_exhaustive_search_length_5():
+  src = np.array([[5, 3, 1], [2, 0, 0]], np.int32)  # limits 5 and 3 with extra_length 2
+  params = _params(EXACT, 3)
+  ids, scores = decode.beam_search(params, src, config=EXACT, beam_size=256, alpha=0.6,
+                                   extra_length=2)
+  for row in range(len(src)):
+    best_ids, best_score = _exhaustive(params, EXACT, src[row], 2, 0.6)
+    assert _trim(ids[row]) == best_ids
+    np.testing.assert_allclose(scores[row], best_score, rtol=1e-5)
+
+
+def _python_greedy(params, config, src_row, extra_length, alpha, width=48):
+  """Argmax of the fully re-decoded next-token log-probs until EOS or the length limit."""
+  limit, outputs = _limit(src_row, extra_length), []
+  while not outputs or outputs[-1] != EOS:
+    logits = _full_logits_fn(config)(params, src_row[None], _padded([outputs], width))
+    logp = _log_softmax(logits[0, len(outputs)])
+    logp[PAD_ID] = -np.inf
+    outputs.append(EOS if len(outputs) + 1 == limit else int(logp.argmax()))
+  return outputs, _score(params, config, src_row, [outputs], alpha, width)[0]
+
+
+@pytest.mark.parametrize('seed,extra_length', [(0, 6), (1, 6), (6, 30)])
+def test_greedy_decode_equals_python_greedy_loop(seed, extra_length):
+  """With extra_length 30 the cache grows twice (segment_lengths: 16, 32, 35) and this seed
+  emits EOS at 25 and 27 tokens, unforced."""
+  src = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0], [12, 5, 6, 1, 0]], np.int32)
+  params = _params(SMALL, seed, embedding_scale=1.0 if extra_length > 6 else 3.0)
+  ids, scores = decode.greedy_decode(params, src, config=SMALL, extra_length=extra_length)
+  lengths = []
+  for row in range(len(src)):
+    expected_ids, expected_score = _python_greedy(params, SMALL, src[row], extra_length, 0.6)
+    assert _trim(ids[row]) == expected_ids
+    np.testing.assert_allclose(scores[row], expected_score, rtol=1e-5)
+    lengths.append(len(expected_ids))
+  assert len(set(lengths)) > 1  # EOS chosen at different steps: not all forced at the limit
+
+
+def test_best_possible_score_uses_each_sentences_own_limit():
+  live, step, limits = np.array([-2.0, -3.0]), 4, np.array([10, 30])
+  for alpha in (0.0, 0.6, 1.0):
+    np.testing.assert_allclose(decode.best_possible_score(live, step, limits, alpha),
+                               live / ((5.0 + limits) / 6.0) ** alpha, rtol=1e-6)
+  # α < 0: lp falls with length, so the shortest finish (step + 1 tokens) is the best.
+  np.testing.assert_allclose(decode.best_possible_score(live, step, limits, -0.5),
+                             live / ((5.0 + step + 1) / 6.0) ** -0.5, rtol=1e-6)
+
+
+@pytest.mark.parametrize('alpha,limit', [(0.6, 30), (1.0, 20)])
+def test_search_stops_at_the_first_step_the_bound_allows(alpha, limit):
+  """Each step emits EOS with probability 0.3 and one word with 0.7: the first step at
+  which the best finished score exceeds 0.7^t / lp(limit) has a closed form."""
+  params, logp = _constant_params(SMALL, {7: np.log(0.7), EOS: np.log(0.3)})
+  src = np.full((1, limit - 5), 4, np.int32)
+  beams = _jit_search(params, src, config=SMALL, beam_size=4, alpha=alpha, extra_length=5)
+  lp = lambda n: ((5.0 + n) / 6.0) ** alpha  # noqa: E731
+  finished = [((n - 1) * logp[7] + logp[EOS]) / lp(n) for n in range(1, limit + 1)]
+  stop = next(t for t in range(1, limit + 1)
+              if max(finished[:t]) > t * logp[7] / max(lp(t + 1), lp(limit)))
+  assert int(beams.step) == stop < limit
+  best = int(np.argmax(finished[:stop]))
+  assert _trim(beams.finished_seq[0, 1:]) == [7] * best + [EOS]
+  np.testing.assert_allclose(beams.finished_score[0], finished[best], rtol=1e-5)
+
+
+def test_beam_size_1_is_greedy_even_where_a_wider_beam_finds_better():
+  """P(EOS) = 0.55 each step, so greedy stops at once; with α = 3 a long output scores
+  better, which 2 candidates a step (the k > 1 rule) would find."""
+  params, _ = _constant_params(SMALL, {7: np.log(0.45), EOS: np.log(0.55)})
+  src = np.full((1, 5), 4, np.int32)
+  greedy_ids, _ = decode.beam_search(params, src, config=SMALL, beam_size=1, alpha=3.0)
+  beam_ids, _ = decode.beam_search(params, src, config=SMALL, beam_size=2, alpha=3.0)
+  assert _trim(greedy_ids[0]) == [EOS]
+  assert len(_trim(beam_ids[0])) > 1
+
+
+@pytest.mark.parametrize('alpha', [0.0, 0.6, 1.5])
+def test_early_stopping_changes_nothing_but_the_step_count(alpha):
+  rng = np.random.default_rng(1)
+  src = rng.integers(2, EXACT.vocab_size, (8, 6)).astype(np.int32)
+  src[np.arange(6)[None, :] >= rng.integers(1, 7, (8, 1))] = PAD_ID  # lengths 1..6
+  params = _params(EXACT, 5, embedding_scale=2.0)
+  run = functools.partial(_jit_search, params, src, config=EXACT, beam_size=3, alpha=alpha,
+                          extra_length=12)
+  early, full = run(early_stop=True), run(early_stop=False)
+  np.testing.assert_array_equal(early.finished_seq, full.finished_seq)
+  np.testing.assert_allclose(early.finished_score, full.finished_score, rtol=1e-6)
+  assert int(full.step) == max(_limit(row, 12) for row in src)
+  assert int(early.step) < int(full.step)  # it did stop early
+
+
+def test_uncached_search_equals_cached_search():
+  """Over three cache lengths (16, 32, 35): growing the cache loses nothing."""
+  src = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0]], np.int32)
+  params = _params(SMALL, 8, embedding_scale=1.0)  # outputs of 35 and 16 tokens
+  kwargs = dict(config=SMALL, beam_size=4, extra_length=30, early_stop=False)
+  ids, scores = decode.beam_search(params, src, **kwargs)
+  ids_uncached, scores_uncached = decode.beam_search(params, src, use_cache=False, **kwargs)
+  np.testing.assert_array_equal(ids, ids_uncached)
+  np.testing.assert_allclose(scores, scores_uncached, rtol=1e-5)
+
+
+@pytest.mark.parametrize('positional', ['sinusoidal', 'learned'])
+def test_each_sentence_has_its_own_length_limit(positional):
+  """A short input stops at its own len + extra even beside a long one, and a learned
+  embedding's max_len caps the cache."""
+  c = SMALL.replace(positional=positional, max_len=12)
+  src = np.zeros((3, 10), np.int32)
+  src[0, :10], src[1, :1] = 5, 5  # lengths 10, 1, 0
+  # Every output pays log P(EOS) ≈ -20 once and ≈ 0 a word: with α > 0 longest is best.
+  params, _ = _constant_params(c, {7: 10.0, EOS: -10.0})
+  ids, scores = decode.beam_search(params, src, config=c, extra_length=3)
+  cap = 12 if positional == 'learned' else 13
+  assert ids.shape == (3, cap)
+  assert [len(_trim(row)) for row in ids] == [cap, 1 + 3, 1]
+  assert all(_trim(row)[:-1] == [7] * (len(_trim(row)) - 1) for row in ids)
+  assert np.isfinite(scores).all()
+
+
+@pytest.mark.parametrize('empty', [[0, 0, 0, 0, 0], [EOS, 0, 0, 0, 0]])
+def test_empty_source_row_decodes_to_eos_without_nan(empty):
+  src = np.array([[4, 9, 7, 2, 1], empty], np.int32)
+  params = _params(SMALL, 4)
+  ids, scores = decode.beam_search(params, src, config=SMALL, extra_length=5)
+  assert list(np.asarray(ids[1])) == [EOS] + [PAD_ID] * (ids.shape[1] - 1)
+  assert np.isfinite(scores).all()
+  # The empty row disturbs no other (same shape as above: no new compilation).
+  alone_ids, alone_scores = decode.beam_search(params, src[[0, 0]], config=SMALL,
+                                               extra_length=5)
+  np.testing.assert_array_equal(ids[0], alone_ids[0])
+  np.testing.assert_allclose(scores[0], alone_scores[0], rtol=1e-6)
+
+
+def test_eos_id_is_the_tokenizers():
+  assert decode.EOS_ID == synthetic.EOS_ID == tokenizer.EOS_ID
+
+
+def test_bad_arguments_are_refused():
+  with pytest.raises(ValueError, match='beam_size'):
+    decode.beam_search(_params(SMALL, 0), np.ones((1, 3), np.int32), config=SMALL,
+                       beam_size=0)
