@@ -124,9 +124,14 @@ def _restore_params(directory: str, step: int) -> Any:
 def load_params(workdir: str, *, prefer_averaged: bool = True) -> tuple[Any, str]:
   """Parameters for decoding: the averaged model when there is one, else the latest
   checkpoint. Returns (params, where they came from, e.g. 'averaged/1000')."""
+  latest = checkpoint_steps(workdir)
   for subdir in ((AVERAGED, CHECKPOINTS) if prefer_averaged else (CHECKPOINTS,)):
     steps = checkpoint_steps(workdir, subdir)
     if steps:
+      if subdir == AVERAGED and latest and latest[-1] > steps[-1]:
+        logging.warning('Using %s/%d although training has reached step %d: run '
+                        '--mode=average again to average the newest checkpoints.',
+                        AVERAGED, steps[-1], latest[-1])
       directory = os.path.join(workdir, subdir)
       return _restore_params(directory, steps[-1]), f'{subdir}/{steps[-1]}'
   raise FileNotFoundError(f'No checkpoint in {os.path.join(workdir, CHECKPOINTS)}: train first '
