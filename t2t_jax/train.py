@@ -277,6 +277,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
       state, metrics = train_fn(state, shard_batch(next(datasets.train), mesh))
       step += 1
       pending.append(metrics)
+      if len(pending) > 1:  # stay one step ahead of the device, not hundreds: a signal
+        jax.block_until_ready(pending[-2]['loss'])  # then stops the run within a step
       if _is_due(step, config.log_every_steps, last):
         _check_finite(pending, step, checkpointer)
         summary.update(_log_train(writer, throughput, step, pending, lr_fn))
