@@ -5,12 +5,15 @@ We set the maximum output length during inference to input length + 50, but term
 when possible." (§6.1). Hypotheses Y are ranked by log P(Y|X) / lp(Y) with the GNMT penalty
 lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting the final EOS (as tensor2tensor and flax do).
 
-The whole search is one `jax.jit`. Each step runs the decoder on the newest position only
-(the cache of model.py), takes the top 2·beam of the [batch, beam·vocab] extensions, keeps
-the best `beam` that do not end in EOS as live, and keeps the best finished hypothesis of
-each sentence. Steps run in `lax.while_loop`s, one per cache length (16, 32, 64, ..., T):
-the cost of attending over and reordering the cache grows with its length, and a short
-cache serves the early steps.
+The whole search is one `jax.jit`. Each step runs the decoder on the newest position of
+the k beams of each sentence (the cache of model.py), takes the top 2·beam of the
+[batch, beam·vocab] extensions, keeps the best `beam` that do not end in EOS as live, and
+keeps the best finished hypothesis of each sentence. The beams of a sentence share one
+cache, and the encoder output is not copied per beam. Re-ranking beams does not move the
+cache: each beam's ancestry (which beam slot holds each position of its prefix) is
+reordered instead, and masks its self-attention (CacheState). Steps run in
+`lax.while_loop`s, one per cache length (16, 32, 64, ..., T): the cost of attending over
+the cache grows with its length, and a short cache serves the early steps.
 
 Choices and deviations (the paper leaves them open):
   * the maximum output length is per sentence: |Y| ≤ (its non-padding source tokens) + 50
@@ -79,79 +82,62 @@ def output_limits(src: Array, extra_length: int, max_len: int, eos_id: int = EOS
   return jnp.where(words == 0, 1, jnp.minimum(lengths + extra_length, max_len))
 
 
-def init_cache(params: Any, encoded: Array, src: Array, max_len: int, *,
+def init_cache(params: Any, encoded: Array, src: Array, max_len: int, *, beam_size: int = 1,
                config: ModelConfig) -> Cache:
-  """The decoder's cache for outputs of up to `max_len` tokens, for batch [b].
-
-  The call on a dummy full-length target only fixes the cache shapes and projects the
-  encoder output to cross-attention keys/values; its logits are unused, so under jit XLA
-  drops that decoder pass.
-  """
+  """The decoder's cache for `beam_size` hypotheses of each sentence of src [b, s], with
+  outputs of up to `max_len` tokens: zero self-attention keys/values and the encoder output
+  projected to cross-attention keys/values (once per sentence, not per hypothesis)."""
   dec = Transformer(config.replace(decode=True, deterministic=True))
-  dummy = jnp.zeros((src.shape[0], max_len), jnp.int32)  # [b, T]
-  _, variables = dec.apply({'params': params}, encoded, src, dummy, method=Transformer.decode,
-                           mutable=['cache'])
+  ids = jnp.zeros((src.shape[0], beam_size), jnp.int32)  # [b, k]
+  _, variables = dec.apply({'params': params}, encoded, src, ids, cache_length=max_len,
+                           method=Transformer.decode, mutable=['cache'])
   return variables['cache']
 
 
 def decode_step(params: Any, cache: Cache, encoded: Array, src: Array, ids: Array, *,
-                config: ModelConfig) -> tuple[Array, Cache]:
-  """One incremental decoder step: ids [b, 1] (previous tokens) -> logits [b, v], cache."""
+                beam_mask: Array | None = None, config: ModelConfig) -> tuple[Array, Cache]:
+  """One incremental decoder step: ids [b, k] (each hypothesis's previous token) -> logits
+  [b, k, v], cache. beam_mask [b, k, k, T]: see `ancestry_mask` (None: no re-ranking)."""
   dec = Transformer(config.replace(decode=True, deterministic=True))
   logits, variables = dec.apply({'params': params, 'cache': cache}, encoded, src, ids,
-                                method=Transformer.decode, mutable=['cache'])
-  return logits[:, 0], variables['cache']
+                                beam_mask=beam_mask, method=Transformer.decode,
+                                mutable=['cache'])
+  return logits, variables['cache']
+
+
+class CacheState(NamedTuple):
+  """The cached search's carry. The cache is never reordered: re-ranking beams only
+  reorders `ancestry`, [b, k, T]: the beam slot that holds each position of each live
+  hypothesis's prefix (a cache slot (j, t) is what beam j wrote at step t)."""
+  cache: Cache
+  ancestry: Array
+
+
+def ancestry_mask(ancestry: Array, step: Array, length: int) -> tuple[Array, Array]:
+  """Marks that this step's keys/values go to each beam's own slot; returns the updated
+  ancestry [b, k, T] and the mask [b, k, k, length] of the slots each hypothesis reads."""
+  b, k, _ = ancestry.shape
+  own = jnp.broadcast_to(jnp.arange(k, dtype=ancestry.dtype)[None, :, None], (b, k, 1))
+  ancestry = lax.dynamic_update_slice_in_dim(ancestry, own, step, axis=2)
+  mask = ancestry[:, :, None, :length] == jnp.arange(k)[None, None, :, None]  # [b, k, k, T]
+  return ancestry, mask
+
+
+def reorder_ancestry(state: CacheState, parents: Array) -> CacheState:
+  """parents [b, k]: the old beam of each new beam; each inherits its parent's prefix."""
+  return state._replace(
+      ancestry=jnp.take_along_axis(state.ancestry, parents[:, :, None], axis=1))
 
 
 def _leaf_name(path: tuple) -> str | None:
   return getattr(path[-1], 'key', None)
 
 
-def _is_self_attention_cache(path: tuple) -> bool:
-  return _leaf_name(path) in ('cached_key', 'cached_value')
-
-
-# [b, s, h, d] -> [b, h, d, s]: how XLA's CPU dot reads one head's keys and values.
-_DOT_LAYOUT = (0, 2, 3, 1)
-_MODEL_LAYOUT = (0, 3, 1, 2)  # the inverse
-
-
-def _transpose_cross_cache(cache: Cache, perm: tuple[int, ...]) -> Cache:
-  """Transposes the cross-attention keys/values, [b, s, h, d] as the model keeps them.
-
-  Kept in the loop as [b, h, d, s], the transpose the attention einsum needs cancels with
-  the one back to the model's layout, instead of XLA copying every cross-attention
-  key/value at every step (~13% of a base-model step on a 2-core CPU). Drop this if
-  model.py comes to keep them heads-major itself: values stay right, the gain turns to loss.
-  """
-  return jax.tree_util.tree_map_with_path(
-      lambda path, x: jnp.transpose(x, perm)
-      if _leaf_name(path) in ('cross_key', 'cross_value') else x, cache)
-
-
-def tile_cache(cache: Cache, beam_size: int) -> Cache:
-  """[b, ...] -> [b·k, ...] for every per-sentence leaf; row i·k + j is sentence i, beam j."""
-  return jax.tree_util.tree_map(
-      lambda x: jnp.repeat(x, beam_size, axis=0) if x.ndim else x, cache)
-
-
-def reorder_cache(cache: Cache, parents: Array) -> Cache:
-  """Moves each beam's self-attention keys/values to where its children now live.
-
-  parents [b, k]: the old beam of each new beam. The cross-attention keys/values are equal
-  across a sentence's beams, and the step counters are shared scalars: neither is gathered.
-  """
-  b, k = parents.shape
-  rows = (parents + k * jnp.arange(b)[:, None]).reshape(b * k)  # [b·k] into the flat batch
-  return jax.tree_util.tree_map_with_path(
-      lambda path, x: x[rows] if _is_self_attention_cache(path) else x, cache)
-
-
 def grow_cache(cache: Cache, shapes: Cache) -> Cache:
   """Zero-pads the self-attention keys/values at the end to their `shapes` (a longer cache of
   the same batch, from jax.eval_shape); the model masks the positions not yet written."""
   def grow(path: tuple, x: Array, shape: jax.ShapeDtypeStruct) -> Array:
-    if not _is_self_attention_cache(path) or x.shape == shape.shape:
+    if _leaf_name(path) not in ('cached_key', 'cached_value') or x.shape == shape.shape:
       return x
     return jnp.pad(x, [(0, new - old) for old, new in zip(x.shape, shape.shape)])
   return jax.tree_util.tree_map_with_path(grow, cache, shapes)
@@ -233,34 +219,31 @@ def _initial_beams(batch: int, beam_size: int, max_len: int, carry: Any) -> Beam
                finished_score=jnp.full((batch,), NEG_INF), carry=carry)
 
 
-def _cached_step(params: Any, encoded: Array, src: Array, max_len: int, config: ModelConfig,
-                 beam_size: int) -> tuple[StepFn, Cache, Callable[[Cache, int], Cache]]:
-  """Incremental decoding: each step feeds only the newest token through the cache.
+def _cached_step(params: Any, encoded: Array, src: Array, lengths: list[int],
+                 config: ModelConfig, beam_size: int,
+                 ) -> tuple[StepFn, CacheState, Callable[[CacheState, int], CacheState]]:
+  """Incremental decoding: each step feeds only the newest token of each beam through the
+  cache, which all beams of a sentence share (see CacheState).
 
-  Returns the step, the initial cache (`max_len` positions) and a function that grows the
-  cache to a given length, whatever the model's layout of it.
+  Returns the step, the initial state (a cache of lengths[0] positions) and a function that
+  grows the cache to a given length, whatever the model's layout of it.
   """
   def new_cache(params: Any, encoded: Array, src: Array, length: int) -> Cache:
-    return tile_cache(init_cache(params, encoded, src, length, config=config), beam_size)
+    return init_cache(params, encoded, src, length, beam_size=beam_size, config=config)
 
-  def grow(cache: Cache, length: int) -> Cache:
+  def grow(state: CacheState, length: int) -> CacheState:
     shapes = jax.eval_shape(functools.partial(new_cache, length=length), params, encoded, src)
-    return grow_cache(cache, shapes)
+    return state._replace(cache=grow_cache(state.cache, shapes))
 
-  # Cross-attention keys/values are projected once per sentence, then copied to its beams.
-  cache = new_cache(params, encoded, src, max_len)
-  encoded_k, src_k = (jnp.repeat(x, beam_size, axis=0) for x in (encoded, src))  # [b·k, ...]
+  def step(state: CacheState, seqs: Array, t: Array, length: int) -> tuple[Array, CacheState]:
+    ancestry, mask = ancestry_mask(state.ancestry, t, length)
+    ids = lax.dynamic_index_in_dim(seqs, t, axis=2, keepdims=False)  # [b, k]
+    logits, cache = decode_step(params, state.cache, encoded, src, ids, beam_mask=mask,
+                                config=config)  # [b, k, v]
+    return logits, CacheState(cache, ancestry)
 
-  def step(cache: Cache, seqs: Array, t: Array, length: int) -> tuple[Array, Cache]:
-    del length  # the cache's own shape
-    b, k = seqs.shape[:2]
-    ids = lax.dynamic_index_in_dim(seqs, t, axis=2).reshape(b * k, 1)  # [b·k, 1]
-    logits, cache = decode_step(params, _transpose_cross_cache(cache, _MODEL_LAYOUT),
-                                encoded_k, src_k, ids, config=config)  # [b·k, v]
-    return logits.reshape(b, k, -1), _transpose_cross_cache(cache, _DOT_LAYOUT)
-  # The barrier stops XLA from folding the transpose back into the loop, where it would
-  # run every step again.
-  return step, lax.optimization_barrier(_transpose_cross_cache(cache, _DOT_LAYOUT)), grow
+  ancestry = jnp.zeros((src.shape[0], beam_size, lengths[-1]), jnp.int32)  # [b, k, T]
+  return step, CacheState(new_cache(params, encoded, src, lengths[0]), ancestry), grow
 
 
 def _uncached_step(params: Any, encoded: Array, src: Array, config: ModelConfig,
@@ -318,8 +301,8 @@ def search(params: Any, src: Array, *, config: ModelConfig, beam_size: int = 4,
   encoder = Transformer(config.replace(deterministic=True))
   encoded = encoder.apply({'params': params}, src, method=Transformer.encode)  # [b, s, m]
   if use_cache:
-    step_fn, carry, grow = _cached_step(params, encoded, src, lengths[0], config, beam_size)
-    reorder = reorder_cache
+    step_fn, carry, grow = _cached_step(params, encoded, src, lengths, config, beam_size)
+    reorder = reorder_ancestry
   else:  # the sequences are the whole state
     step_fn, carry = _uncached_step(params, encoded, src, config, beam_size), None
     grow, reorder = (lambda carry, _: carry), (lambda carry, _: carry)

@@ -117,20 +117,45 @@ def shift_right(targets: Array) -> Array:
 
 
 def scaled_dot_product_attention(query: Array, key: Array, value: Array, mask: Array | None,
-                                 ) -> tuple[Array, Array]:
+                                 *, kv_layout: str = 'bkhd') -> tuple[Array, Array]:
   """Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, §3.2.1, Figure 2 (left).
 
   query [b, q, h, d_k], key [b, k, h, d_k], value [b, k, h, d_v], mask broadcastable to
   [b, h, q, k] (True = may attend). Returns ([b, q, h, d_v], weights [b, h, q, k]).
+  `kv_layout='bhdk'`: key [b, h, d_k, k] and value [b, h, d_v, k] instead, the layout of
+  the decoding cache, which XLA's CPU dot reads fastest (~5× faster than 'bhkd' for a few
+  queries over a long key axis).
   The softmax runs in float32 whatever the compute dtype.
   """
   d_k = query.shape[-1]
-  logits = jnp.einsum('bqhd,bkhd->bhqk', query, key) / jnp.sqrt(d_k).astype(query.dtype)
+  logits = jnp.einsum(f'bqhd,{kv_layout}->bhqk', query, key) / jnp.sqrt(d_k).astype(query.dtype)
   logits = logits.astype(jnp.float32)
   if mask is not None:
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
   weights = jax.nn.softmax(logits, axis=-1)
-  out = jnp.einsum('bhqk,bkhd->bqhd', weights.astype(value.dtype), value)
+  out = jnp.einsum(f'bhqk,{kv_layout}->bqhd', weights.astype(value.dtype), value)
+  return out, weights
+
+
+def cached_attention(query: Array, key: Array, value: Array, cached_key: Array,
+                     cached_value: Array, cache_mask: Array) -> tuple[Array, Array]:
+  """Scaled dot-product attention (§3.2.1) of one decoding step: over a cache of earlier
+  positions and the step's own position.
+
+  query/key/value [b, q, h, d]: this step's, one row per hypothesis; cached_key/value
+  [b, h, d, n], n cache slots; cache_mask [b, 1, q, n] (True = may attend). Each query
+  attends to the slots the mask allows and to its own new key. The cache is only read,
+  never concatenated with the new key, so XLA can then write the new key into it in place.
+  Returns ([b, q, h, d_v], weights [b, h, q, n + 1]: the own position last).
+  """
+  scale = 1 / jnp.sqrt(query.shape[-1]).astype(query.dtype)
+  old = jnp.einsum('bqhd,bhdn->bhqn', query, cached_key) * scale  # [b, h, q, n]
+  old = jnp.where(cache_mask, old.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+  own = jnp.einsum('bqhd,bqhd->bhq', query, key)[..., None] * scale  # [b, h, q, 1]
+  weights = jax.nn.softmax(jnp.concatenate([old, own.astype(jnp.float32)], axis=-1), axis=-1)
+  weights = weights.astype(value.dtype)
+  out = (jnp.einsum('bhqn,bhdn->bqhd', weights[..., :-1], cached_value)
+         + jnp.einsum('bhq,bqhd->bqhd', weights[..., -1], value))  # [b, q, h, d_v]
   return out, weights
 
 
@@ -141,12 +166,15 @@ class MultiHeadAttention(nn.Module):
   V W_i^V); W^Q, W^K are d_model × h·d_k and W^V is d_model × h·d_v, with d_k and d_v free
   of d_model / h (Table 3 rows A, B).
 
-  With `config.decode`, a self-attention layer (`cache='self'`) keeps the keys and values
-  of earlier positions in the 'cache' collection and takes one new position per call;
-  encoder-decoder attention (`cache='cross'`) projects the encoder output once and reuses it.
+  With `config.decode`, the queries are the k hypotheses (beams) of each sentence at one
+  position, [b, k, m]. Self-attention (`cache='self'`) attends over every hypothesis's
+  cached positions, as `mask` [b, k, k, T] allows, and its own new one, then writes that
+  into the 'cache' collection (see `_cached_self_attention`). Encoder-decoder attention
+  (`cache='cross'`) projects the encoder output once, per sentence, for all k hypotheses.
   """
   config: ModelConfig
   cache: str | None = None  # None | 'self' | 'cross'
+  cache_length: int | None = None  # T, when a decoding call creates the cache
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Array, mask: Array | None) -> Array:
@@ -156,45 +184,60 @@ class MultiHeadAttention(nn.Module):
         name=name)
     query = dense((c.num_heads, c.key_size), 'query')(inputs_q)  # [b, q, h, d_k]
     if c.decode and self.cache == 'cross':
-      key, value = self._cross_cache(dense, inputs_kv)
+      key, value = self._cross_cache(dense, inputs_kv)  # [b, h, d, s]
+      out, weights = scaled_dot_product_attention(query, key, value, mask, kv_layout='bhdk')
     else:
       key = dense((c.num_heads, c.key_size), 'key')(inputs_kv)  # [b, k, h, d_k]
       value = dense((c.num_heads, c.value_size), 'value')(inputs_kv)  # [b, k, h, d_v]
       if c.decode and self.cache == 'self':
-        key, value, mask = self._self_cache(key, value)
-    out, weights = scaled_dot_product_attention(query, key, value, mask)  # [b, q, h, d_v]
+        out, weights = self._cached_self_attention(query, key, value, mask)
+      else:
+        out, weights = scaled_dot_product_attention(query, key, value, mask)
     self.sow('intermediates', 'attention_weights', weights)
     return nn.DenseGeneral(c.d_model, axis=(-2, -1), use_bias=False, dtype=c.dtype,
-                           kernel_init=nn.initializers.xavier_uniform(), name='out')(out)
+                           kernel_init=nn.initializers.xavier_uniform(), name='out')(
+                               out)  # out: [b, q, h, d_v]
 
-  def _self_cache(self, key: Array, value: Array) -> tuple[Array, Array, Array]:
-    """Writes this step's key/value at the cache index; masks the positions not yet written.
+  def _cached_self_attention(self, query: Array, key: Array, value: Array,
+                             mask: Array | None) -> tuple[Array, Array]:
+    """One decoding step of self-attention: query/key/value [b, k, h, d], k hypotheses.
 
-    The cache is created by a call on a full-length target ([b, max_decode_len]), which
-    only fixes its shape; later calls take one position, key/value [b, 1, h, d].
+    The cache holds keys/values [b, h, d, k, T]: slot (j, t) is what hypothesis j wrote at
+    step t. `mask` [b, k, k, T] says which slots each hypothesis may read: beam search
+    passes each hypothesis's ancestry (the slots of its prefix), so that re-ranking beams
+    never moves the cache. None: each hypothesis reads its own slots. Slots from the
+    index on are hidden either way. A call with `cache_length` creates the cache (zeros,
+    index 0) and writes nothing; its result is a first step's.
     """
-    is_initialized = self.has_variable('cache', 'cached_key')
-    cached_key = self.variable('cache', 'cached_key', jnp.zeros, key.shape, key.dtype)
-    cached_value = self.variable('cache', 'cached_value', jnp.zeros, value.shape, value.dtype)
+    (b, k, h, d_k), d_v = key.shape, value.shape[-1]
+    creating = not self.has_variable('cache', 'cached_key')
+    new = lambda d: (b, h, d, k, self.cache_length)  # noqa: E731
+    cached_key = self.variable('cache', 'cached_key', jnp.zeros, new(d_k), key.dtype)
+    cached_value = self.variable('cache', 'cached_value', jnp.zeros, new(d_v), value.dtype)
     index = self.variable('cache', 'index', lambda: jnp.array(0, jnp.int32))
-    if not is_initialized:
-      return key, value, causal_mask(key.shape[1])
-    i = index.value
-    cached_key.value = jax.lax.dynamic_update_slice_in_dim(cached_key.value, key, i, axis=1)
-    cached_value.value = jax.lax.dynamic_update_slice_in_dim(
-        cached_value.value, value, i, axis=1)
-    index.value = i + 1
-    max_len = cached_key.value.shape[1]
-    mask = (jnp.arange(max_len) <= i)[None, None, None, :]  # [1, 1, 1, k]
-    return cached_key.value, cached_value.value, mask
+    i, length = index.value, cached_key.value.shape[-1]  # T
+    if mask is None:
+      mask = jnp.eye(k, dtype=bool)[None, :, :, None]  # [1, k, k, 1]
+    mask = jnp.broadcast_to(mask & (jnp.arange(length) < i), (b, k, k, length))
+    out, weights = cached_attention(
+        query, key, value, cached_key.value.reshape(b, h, d_k, k * length),
+        cached_value.value.reshape(b, h, d_v, k * length), mask.reshape(b, 1, k, k * length))
+    if not creating:
+      write = lambda cache, x: jax.lax.dynamic_update_slice_in_dim(  # noqa: E731
+          cache, jnp.transpose(x, (0, 2, 3, 1))[..., None], i, axis=4)  # x as [b, h, d, k, 1]
+      cached_key.value, cached_value.value = write(cached_key.value, key), write(
+          cached_value.value, value)
+      index.value = i + 1
+    return out, weights
 
   def _cross_cache(self, dense, encoded: Array) -> tuple[Array, Array]:
-    """Keys and values of the encoder output, computed when the cache is created."""
+    """Keys/values of the encoder output, [b, h, d, s], computed when the cache is created."""
     c = self.config
     key_proj = dense((c.num_heads, c.key_size), 'key')
     value_proj = dense((c.num_heads, c.value_size), 'value')
-    key = self.variable('cache', 'cross_key', lambda: key_proj(encoded))
-    value = self.variable('cache', 'cross_value', lambda: value_proj(encoded))
+    to_bhds = lambda x: jnp.transpose(x, (0, 2, 3, 1))  # noqa: E731  [b, s, h, d] -> [b, h, d, s]
+    key = self.variable('cache', 'cross_key', lambda: to_bhds(key_proj(encoded)))
+    value = self.variable('cache', 'cross_value', lambda: to_bhds(value_proj(encoded)))
     return key.value, value.value
 
 
@@ -235,12 +278,14 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
   """Masked self-attention, encoder-decoder attention, FFN; each a sub-layer, §3.1."""
   config: ModelConfig
+  cache_length: int | None = None  # T, when a decoding call creates the cache
 
   @nn.compact
   def __call__(self, y: Array, encoded: Array, self_mask: Array | None, src_mask: Array) -> Array:
     c = self.config
     y = SubLayer(c, name='self_attention_sublayer')(
-        y, MultiHeadAttention(c, cache='self', name='self_attention')(y, y, self_mask))
+        y, MultiHeadAttention(c, cache='self', cache_length=self.cache_length,
+                              name='self_attention')(y, y, self_mask))
     y = SubLayer(c, name='cross_attention_sublayer')(
         y, MultiHeadAttention(c, cache='cross', name='cross_attention')(y, encoded, src_mask))
     return SubLayer(c, name='ffn_sublayer')(y, FeedForward(c, name='ffn')(y))
@@ -305,24 +350,27 @@ class Decoder(nn.Module):
   shared_embedding: SharedEmbedding
 
   @nn.compact
-  def __call__(self, decoder_inputs: Array, encoded: Array, src_mask: Array) -> Array:
-    """decoder_inputs [b, t] ids -> logits [b, t, v]; t = 1 per call when decoding.
+  def __call__(self, decoder_inputs: Array, encoded: Array, src_mask: Array, *,
+               beam_mask: Array | None = None, cache_length: int | None = None) -> Array:
+    """decoder_inputs [b, t] ids -> logits [b, t, v].
 
-    Target padding needs no mask of its own: it only ever follows the real tokens, and the
-    causal mask already hides later positions from them.
+    Training: t target positions. Target padding needs no mask of its own: it only ever
+    follows the real tokens, and the causal mask already hides later positions from them.
+    Decoding (`config.decode`): t = k hypotheses of each sentence, all at the cache's
+    position; `beam_mask` and `cache_length` as in `Transformer.decode`.
     """
     c = self.config
     positions = jnp.arange(decoder_inputs.shape[1])[None, :]  # [1, t]
     self_mask = causal_mask(decoder_inputs.shape[1])  # [1, 1, t, t]
     if c.decode:
-      is_initialized = self.has_variable('cache', 'position')
+      creating = not self.has_variable('cache', 'position')
       position = self.variable('cache', 'position', lambda: jnp.array(0, jnp.int32))
-      if is_initialized:  # one step: the self-attention cache builds its own mask
-        positions, self_mask = position.value[None, None], None
+      positions, self_mask = position.value[None, None], beam_mask  # [1, 1]: one position
+      if not creating:
         position.value = position.value + 1
     y = InputEmbedding(c, self.shared_embedding, name='input_embedding')(decoder_inputs, positions)
     for i in range(c.num_layers):
-      y = DecoderLayer(c, name=f'layer_{i}')(y, encoded, self_mask, src_mask)
+      y = DecoderLayer(c, cache_length, name=f'layer_{i}')(y, encoded, self_mask, src_mask)
     return self.shared_embedding.logits(y)
 
 
@@ -340,13 +388,21 @@ class Transformer(nn.Module):
     """src [b, s] -> encoded [b, s, m]."""
     return self.encoder(src)
 
-  def decode(self, encoded: Array, src: Array, decoder_inputs: Array) -> Array:
+  def decode(self, encoded: Array, src: Array, decoder_inputs: Array, *,
+             beam_mask: Array | None = None, cache_length: int | None = None) -> Array:
     """Logits [b, t, v] of the next token at each decoder input position.
 
-    Training: decoder_inputs = shift_right(targets), [b, t]. Decoding (`config.decode`):
-    [b, 1], the previous token; the key/value cache lives in the 'cache' collection.
+    Training: decoder_inputs = shift_right(targets), [b, t].
+
+    Decoding (`config.decode`, 'cache' collection mutable): decoder_inputs [b, k] are the
+    previous tokens of k hypotheses (beams) of each sentence, all at the same position, and
+    the logits [b, k, v] are their next-token distributions. One call with `cache_length`
+    (T, the longest output) creates the cache; each later call is one step. `beam_mask`
+    [b, k, k, T]: which hypotheses' cached positions each hypothesis descends from (None:
+    its own), so that beams can be re-ranked without moving the cache.
     """
-    return self.decoder(decoder_inputs, encoded, padding_mask(src))
+    return self.decoder(decoder_inputs, encoded, padding_mask(src), beam_mask=beam_mask,
+                        cache_length=cache_length)
 
   def __call__(self, src: Array, targets: Array) -> Array:
     """Teacher-forced logits [b, t, v] for targets [b, t] given src [b, s]."""

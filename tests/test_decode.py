@@ -119,8 +119,8 @@ def test_segment_lengths_double_up_to_the_cache_length():
 
 
 def test_cached_steps_with_reordering_equal_full_decoding():
-  """decode_step through the cache, with beams re-ranked between steps, gives the logits of
-  decoding each beam's whole history from scratch."""
+  """decode_step through the shared cache, with beams re-ranked between steps (only their
+  ancestry reordered), gives the logits of decoding each beam's whole history from scratch."""
   c, b, k, steps = SMALL, 2, 3, 6
   rng = np.random.default_rng(0)
   src = rng.integers(2, c.vocab_size, (b, 5)).astype(np.int32)
@@ -129,22 +129,39 @@ def test_cached_steps_with_reordering_equal_full_decoding():
   # Jitted only to spare op-by-op dispatch; the functions are those beam search uses.
   encoded = jax.jit(functools.partial(Transformer(c).apply, method=Transformer.encode))(
       {'params': params}, src)
-  init = jax.jit(decode.init_cache, static_argnames=('max_len', 'config'))
-  cache = decode.tile_cache(init(params, encoded, src, steps, config=c), k)
-  encoded_k, src_k = np.repeat(encoded, k, axis=0), np.repeat(src, k, axis=0)
+  init = jax.jit(decode.init_cache, static_argnames=('max_len', 'beam_size', 'config'))
+  state = decode.CacheState(init(params, encoded, src, steps, beam_size=k, config=c),
+                            np.zeros((b, k, steps), np.int32))
   step = jax.jit(decode.decode_step, static_argnames='config')
-  reorder = jax.jit(decode.reorder_cache)
+  mask_fn = jax.jit(decode.ancestry_mask, static_argnames='length')
+  reorder = jax.jit(decode.reorder_ancestry)
+  src_k = np.repeat(src, k, axis=0)
   history = np.zeros((b, k, 0), np.int32)  # tokens fed after the start symbol
   for t in range(steps):
     last = history[:, :, -1] if t else np.full((b, k), PAD_ID, np.int32)
-    logits, cache = step(params, cache, encoded_k, src_k, last.reshape(b * k, 1), config=c)
+    ancestry, mask = mask_fn(state.ancestry, t, length=steps)
+    logits, cache = step(params, state.cache, encoded, src, last, beam_mask=mask, config=c)
+    state = decode.CacheState(cache, ancestry)
     targets = _padded(list(history.reshape(b * k, t)), steps)  # [b·k, steps]
     full = _full_logits_fn(c)(params, src_k, targets)
-    np.testing.assert_allclose(logits, full[:, t], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(logits.reshape(b * k, -1), full[:, t], rtol=1e-5, atol=1e-5)
     history = np.concatenate([history, rng.integers(2, c.vocab_size, (b, k, 1))], axis=2)
     parents = rng.integers(0, k, (b, k))  # with repeats: some beams die, some split
     history = np.take_along_axis(history, parents[:, :, None], axis=1)
-    cache = reorder(cache, parents)
+    state = reorder(state, parents)
+
+
+def test_ancestry_mask_follows_the_parents():
+  """After re-ranking, each hypothesis reads the slots its own prefix was written to."""
+  ancestry = np.zeros((1, 2, 4), np.int32)
+  ancestry, mask = decode.ancestry_mask(ancestry, 0, 4)  # both beams wrote slot t=0
+  state = decode.reorder_ancestry(decode.CacheState(None, ancestry), np.array([[1, 1]]))
+  ancestry, mask = decode.ancestry_mask(state.ancestry, 1, 4)
+  state = decode.reorder_ancestry(decode.CacheState(None, ancestry), np.array([[1, 0]]))
+  ancestry, mask = decode.ancestry_mask(state.ancestry, 2, 4)
+  # Beam 0 descends from step-1 beam 1 (from step-0 beam 1); beam 1 from step-1 beam 0.
+  np.testing.assert_array_equal(ancestry[0, :, :3], [[1, 1, 0], [1, 0, 1]])
+  np.testing.assert_array_equal(mask[0, 0, :, :3], [[False, False, True], [True, True, False]])
 
 
 @pytest.mark.parametrize('alpha', [0.0, 0.6, 1.0])

@@ -134,8 +134,8 @@ def test_decode_with_cache_equals_full_decoding():
   dec = Transformer(c.replace(decode=True))
   encoded = dec.apply({'params': params}, src, method=Transformer.encode)
   inputs = np.asarray(model_lib.shift_right(tgt))
-  _, cache = dec.apply({'params': params}, encoded, src, inputs, method=Transformer.decode,
-                       mutable=['cache'])
+  _, cache = dec.apply({'params': params}, encoded, src, inputs[:, :1], cache_length=6,
+                       method=Transformer.decode, mutable=['cache'])
   cache = cache['cache']
   for t in range(tgt.shape[1]):
     step, variables = dec.apply({'params': params, 'cache': cache}, encoded, src,
