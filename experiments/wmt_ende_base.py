@@ -52,6 +52,7 @@ def get_config() -> ml_collections.ConfigDict:
   # ----- Training (§5.2–§5.4) -----
   config.label_smoothing = 0.1  # ε_ls, §5.4
   config.num_train_steps = 100_000  # §5.2
+  config.train_minutes = 0.0  # > 0: also stop (checkpoint, evaluate) after this many minutes
   config.warmup_steps = 4000  # §5.3
   config.adam_beta1 = 0.9  # §5.3
   config.adam_beta2 = 0.98  # §5.3

@@ -37,7 +37,7 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
   for key in ('beam_size', 'decode_tokens_per_batch', 'max_decode_input_length'):
     _positive_int(config, key)
   for key in ('checkpoint_every_steps', 'checkpoint_every_minutes', 'eval_bleu_every_steps',
-              'decode_extra_length', 'beam_alpha'):
+              'decode_extra_length', 'beam_alpha', 'train_minutes'):
     if not config[key] >= 0:
       raise ValueError(f'config.{key}: must be ≥ 0 (0 = off), got {config[key]!r}')
   if not config.label_smoothing >= 0.0 or not config.label_smoothing < 1.0:

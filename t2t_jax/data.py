@@ -608,38 +608,39 @@ class EvalSet:
   process_count: int = 1
 
   def batches(self) -> Iterator[Batch]:
-    """Process-local batches, shortest sources first.
+    """Process-local batches, shortest first, in few distinct shapes.
 
-    'inputs' int32 [rows, S], 'targets' int32 [rows, T], 'index' int32 [rows]
-    (position in sources/references; -1 for padding rows). Nothing is dropped:
-    a pair too long for the budget gets a batch of num_devices rows anyway.
+    Pairs are grouped by the length bucket L of their longer side: 'inputs' and 'targets'
+    int32 [rows, L], 'index' int32 [rows] (position in sources/references; -1 for padding
+    rows). A bucket's full batches all have the budget's rows for L, and its last one a
+    power-of-two fraction of them, so evaluation compiles a few times per bucket, not once
+    per batch. Nothing is dropped: a pair too long for the budget gets num_devices rows.
     """
-    for pairs, rows, src_len, tgt_len in self._groups():
+    for pairs, rows, length in self._groups():
       local_rows = rows // self.process_count
       mine = pairs[self.process_index * local_rows:(self.process_index + 1) * local_rows]
       index = np.full(local_rows, -1, np.int32)
       index[:len(mine)] = mine
-      yield {'inputs': _gather(self.encoded, 0, mine, local_rows, src_len),
-             'targets': _gather(self.encoded, 1, mine, local_rows, tgt_len),
+      yield {'inputs': _gather(self.encoded, 0, mine, local_rows, length),
+             'targets': _gather(self.encoded, 1, mine, local_rows, length),
              'index': index}
 
-  def _groups(self) -> Iterator[tuple[np.ndarray, int, int, int]]:
-    """Greedily fills batches in order of source length, within the budget."""
+  def _groups(self) -> Iterator[tuple[np.ndarray, int, int]]:
+    """(pairs, rows, L) per batch: buckets in increasing L, sources by length within."""
     src, tgt = self.encoded.lengths
     if not len(src):
       return
     grid = bucket_lengths(int(max(src.max(), tgt.max())), self.bucket_growth)
-    padded = (grid[np.searchsorted(grid, src)], grid[np.searchsorted(grid, tgt)])
-    order = np.argsort(src, kind='stable')
-    start, s_len, t_len = 0, 0, 0
-    for end, pair in enumerate(order):
-      s_new, t_new = max(s_len, padded[0][pair]), max(t_len, padded[1][pair])
-      rows = _round_up(end - start + 1, self.num_devices)
-      if end > start and rows * max(s_new, t_new) > self.tokens_per_batch:
-        yield order[start:end], _round_up(end - start, self.num_devices), s_len, t_len
-        start, s_new, t_new = end, padded[0][pair], padded[1][pair]
-      s_len, t_len = int(s_new), int(t_new)
-    yield order[start:], _round_up(len(order) - start, self.num_devices), s_len, t_len
+    joint = grid[np.searchsorted(grid, np.maximum(src, tgt))]  # [pairs] L of each pair
+    order = np.lexsort((src, joint))
+    for length in np.unique(joint):
+      members = order[joint[order] == length]
+      full = max(1, self.tokens_per_batch // int(length) // self.num_devices)  # per device
+      for start in range(0, len(members), full * self.num_devices):
+        pairs = members[start:start + full * self.num_devices]
+        per_device = -(-len(pairs) // self.num_devices)
+        rows = min(full, 1 << (per_device - 1).bit_length()) * self.num_devices
+        yield pairs, rows, int(length)
 
 
 def _eval_set(name: str, text: Pairs, tokenizer: Tokenizer, config: Any, **topology: int

@@ -13,7 +13,7 @@ class LossSums(NamedTuple):
   """Per-batch sums; divide by `num_tokens` (after summing over devices) for means."""
   loss: jax.Array  # label-smoothed cross-entropy, the training objective
   nll: jax.Array  # unsmoothed cross-entropy: exp(nll / num_tokens) is the perplexity
-  correct: jax.Array  # argmax predictions equal to the target
+  correct: jax.Array  # tokens whose target has the highest probability (ties count)
   num_tokens: jax.Array  # real target tokens
 
 
@@ -25,10 +25,12 @@ def cross_entropy_sums(logits: jax.Array, targets: jax.Array, *,
     loss = (1 - ε_ls)·(-log p_y) + ε_ls·mean_k(-log p_k).
   """
   log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [b, t, v]
-  nll = -jnp.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]  # [b, t]
+  one_hot = targets[..., None] == jnp.arange(log_p.shape[-1])  # [b, t, v], fused, not stored
+  nll = -jnp.sum(jnp.where(one_hot, log_p, 0.0), axis=-1)  # [b, t]
   uniform = -jnp.mean(log_p, axis=-1)  # [b, t]
   loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform
   weights = (targets != PAD_ID).astype(jnp.float32)
-  correct = (jnp.argmax(log_p, axis=-1) == targets).astype(jnp.float32)
+  # The target scores highest (a tie counts as correct); cheaper than an argmax's index.
+  correct = (-nll >= jnp.max(log_p, axis=-1)).astype(jnp.float32)
   return LossSums(loss=jnp.sum(loss * weights), nll=jnp.sum(nll * weights),
                   correct=jnp.sum(correct * weights), num_tokens=jnp.sum(weights))

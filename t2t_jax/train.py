@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import signal
 import sys
@@ -271,11 +272,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
   writer, lr_fn = MetricWriter(workdir), optim.learning_rate_schedule(config)
   step, last = int(state.step), config.num_train_steps
   throughput, pending, summary = Throughput(step, last), [], {}
+  deadline = _deadline(config.train_minutes)
   logging.info('Training steps %d..%d on %d devices.', step + 1, last, mesh.size)
   with StopSignals() as stop:
     while step < last and stop.requested is None:
       state, metrics = train_fn(state, shard_batch(next(datasets.train), mesh))
       step += 1
+      if time.monotonic() >= deadline:  # the time budget is spent: log, evaluate and save
+        last = step  # this step as the last one
+        logging.info('config.train_minutes=%g reached at step %d.', config.train_minutes, step)
       pending.append(metrics)
       if len(pending) > 1:  # stay one step ahead of the device, not hundreds: a signal
         jax.block_until_ready(pending[-2]['loss'])  # then stops the run within a step
@@ -293,8 +298,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
         checkpointer.save(state, datasets.train.get_state())
   checkpointer.close()
   writer.close()
-  _log_summary(summary, step, last, checkpointer, stop.requested)
+  _log_summary(summary, step, config.num_train_steps, checkpointer, stop.requested)
   return state
+
+
+def _deadline(minutes: float) -> float:
+  """time.monotonic() at which a run with a budget of `minutes` (0: none) stops."""
+  return time.monotonic() + 60 * minutes if minutes > 0 else math.inf
 
 
 def _restore(checkpointer: checkpoints.Checkpointer, state: TrainState, train_iter: Any,

@@ -218,8 +218,7 @@ def test_each_process_gets_its_block_of_rows(files_run):
 
 
 @pytest.mark.parametrize('num_devices,process_count', [(1, 1), (4, 1), (4, 2)])
-def test_eval_sets_keep_every_pair_in_source_length_order(files_run, num_devices,
-                                                          process_count):
+def test_eval_sets_keep_every_pair_in_few_shapes(files_run, num_devices, process_count):
   config, ds, workdir = files_run
   parts = [data.get_datasets(config, workdir, num_devices=num_devices, process_index=p,
                              process_count=process_count) for p in range(process_count)]
@@ -228,7 +227,7 @@ def test_eval_sets_keep_every_pair_in_source_length_order(files_run, num_devices
     sources, references = (open(f'{config[name + "_files"]}.{lang}', encoding='utf-8')
                            .read().split('\n')[:-1] for lang in ('en', 'de'))
     assert evals[0].sources == sources and evals[0].references == references
-    seen, previous_max = [], 0
+    seen, shapes, previous_length = [], set(), 0
     for local in zip(*(e.batches() for e in evals)):
       index = np.concatenate([b['index'] for b in local])
       inputs = np.concatenate([b['inputs'] for b in local])
@@ -240,11 +239,17 @@ def test_eval_sets_keep_every_pair_in_source_length_order(files_run, num_devices
       assert rows_of(inputs[real]) == [tuple(ds.tokenizer.encode(sources[i])) for i in index[real]]
       assert rows_of(targets[real]) == [tuple(ds.tokenizer.encode(references[i]))
                                         for i in index[real]]
-      lengths = (inputs[real] != PAD_ID).sum(1)
-      assert lengths.min() >= previous_max  # shortest sources first
-      previous_max = lengths.max()
+      length = inputs.shape[1]  # L: both sides padded to their longer side's bucket
+      assert targets.shape[1] == length >= previous_length  # shortest first
+      previous_length = length
+      rows_per_device, full = len(index) // num_devices, max(1, 256 // length // num_devices)
+      assert rows_per_device == full or (  # a bucket's last batch: a power of two below
+          rows_per_device < full and rows_per_device & (rows_per_device - 1) == 0)
+      shapes.add(inputs.shape)
       seen += list(index[real])
     assert sorted(seen) == list(range(n))  # nothing filtered, nothing repeated
+    lengths = {length for _, length in shapes}
+    assert len(shapes) <= len(lengths) * (1 + (256 // num_devices).bit_length())
 
 
 def test_restart_reuses_vocabulary_and_ids(files_run, monkeypatch):

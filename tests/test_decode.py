@@ -319,3 +319,16 @@ def test_bad_arguments_are_refused():
   with pytest.raises(ValueError, match='beam_size'):
     decode.beam_search(_params(SMALL, 0), np.ones((1, 3), np.int32), config=SMALL,
                        beam_size=0)
+
+
+@pytest.mark.parametrize('n,k', [(148_000, 8), (148_000, 1), (20_000, 2), (8000, 8), (97, 4)])
+def test_top_k_equals_lax_top_k_with_ties(n, k):
+  """Values and indices as lax.top_k's, also with many ties and -inf rows."""
+  rng = np.random.default_rng(n)
+  x = rng.integers(0, 6, (5, n)).astype(np.float32)  # a handful of values: ties everywhere
+  x[1] = -np.inf
+  x[2, :n // 2] = -np.inf
+  x[3] = rng.normal(size=n)
+  for ours, reference in zip(jax.jit(decode.top_k, static_argnames='k')(x, k=k),
+                             jax.lax.top_k(x, k)):  # values, then indices
+    np.testing.assert_array_equal(ours, reference)

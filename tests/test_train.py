@@ -149,3 +149,21 @@ def test_unknown_override_fails_before_training(tmp_path):
                     '--config.dataset=synthetic', '--config.model.dropout_rate=-0.5')
   assert result.returncode != 0
   assert 'config.model.dropout_rate' in result.stderr
+
+
+def test_time_budget_ends_the_run_like_its_last_step(tmp_path):
+  """config.train_minutes: once spent, the current step is logged, evaluated and saved."""
+  result = run_main('--config=experiments/demo.py', f'--workdir={tmp_path}',
+                    '--config.dataset=synthetic', '--config.num_train_steps=1000',
+                    '--config.train_minutes=1e-6', '--config.checkpoint_every_steps=0',
+                    '--config.model.num_layers=1', '--config.model.d_model=32',
+                    '--config.model.d_ff=64', '--config.vocab_size=40',
+                    '--config.max_length=12', '--config.tokens_per_batch=192')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'config.train_minutes=1e-06 reached at step 1.' in result.stderr
+  assert 'finished 1 steps (of 1000)' in result.stderr
+  records = [json.loads(line) for line in open(tmp_path / 'metrics.jsonl')]
+  assert [r['step'] for r in records if 'loss' in r] == [1]
+  assert [r['step'] for r in records if 'dev_loss' in r] == [1]
+  from t2t_jax import checkpoints
+  assert checkpoints.Checkpointer(str(tmp_path), keep=5).latest_step() == 1
