@@ -38,3 +38,6 @@ test-fast: setup
 
 bench: setup
 	$(PY) benchmarks/train_step.py
+	$(PY) benchmarks/decode.py
+	$(PY) benchmarks/input_pipeline.py
+	$(PY) benchmarks/checkpoint.py

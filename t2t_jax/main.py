@@ -31,10 +31,16 @@ FLAGS = flags.FLAGS
 
 
 class _QuietLibraries(python_logging.Filter):
-  """Drops orbax's per-file INFO chatter; its warnings and errors still show."""
+  """Drops orbax's per-file INFO chatter, and its warning that a checkpoint item (params/)
+  has no metadata file of its own (the step directory has it); other warnings still show."""
 
   def filter(self, record) -> bool:
-    return record.levelno >= python_logging.WARNING or '/orbax/' not in record.pathname
+    if '/orbax/' not in record.pathname:
+      return True
+    if record.levelno >= python_logging.ERROR:
+      return True
+    harmless = str(record.msg).startswith('Metadata file does not exist')
+    return record.levelno >= python_logging.WARNING and not harmless
 
 
 def main(argv: list[str]) -> None:
