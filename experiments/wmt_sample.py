@@ -2,6 +2,7 @@
 (newstest2013 as dev set), a learning check: 30 minutes of training on a 2-core CPU.
 
   python -m t2t_jax.main --config=experiments/wmt_sample.py --workdir=runs/wmt_sample
+  python -m t2t_jax.main --config=experiments/wmt_sample.py --workdir=runs/wmt_sample --mode=average
   python -m t2t_jax.main --config=experiments/wmt_sample.py --workdir=runs/wmt_sample --mode=eval
 
 Paths are relative to the repository root; set --config.train_files etc. for your own data.

@@ -57,7 +57,7 @@ class Beams(NamedTuple):
   live_logprobs: Array  # [b, k] log P of each live prefix, sorted best first; -inf = empty
   finished_seq: Array  # [b, T+1] best finished hypothesis (ends in EOS, then 0s)
   finished_score: Array  # [b] its log P / lp; -inf until one exists
-  carry: Any  # the step function's state: the key/value cache, or None
+  carry: Any  # the step function's state: a CacheState (cache and ancestry), or None
 
 
 def length_penalty(length: Array | int, alpha: float | Array) -> Array:
@@ -146,8 +146,8 @@ def grow_cache(cache: Cache, shapes: Cache) -> Cache:
 def segment_lengths(max_len: int, first: int = 16) -> list[int]:
   """Cache lengths of the successive loops: doubling from `first`, ending at max_len.
 
-  Attending over and reordering the whole cache costs time in proportion to its length,
-  so early steps run on a short cache; each length is a loop of its own (static shapes).
+  Attending over the whole cache costs time in proportion to its length, so early steps
+  run on a short cache; each length is a loop of its own (static shapes).
   """
   lengths = []
   while first < max_len:

@@ -37,8 +37,6 @@ class _QuietLibraries(python_logging.Filter):
   def filter(self, record) -> bool:
     if '/orbax/' not in record.pathname:
       return True
-    if record.levelno >= python_logging.ERROR:
-      return True
     harmless = str(record.msg).startswith('Metadata file does not exist')
     return record.levelno >= python_logging.WARNING and not harmless
 

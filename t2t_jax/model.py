@@ -195,8 +195,7 @@ class MultiHeadAttention(nn.Module):
         out, weights = scaled_dot_product_attention(query, key, value, mask)
     self.sow('intermediates', 'attention_weights', weights)
     return nn.DenseGeneral(c.d_model, axis=(-2, -1), use_bias=False, dtype=c.dtype,
-                           kernel_init=nn.initializers.xavier_uniform(), name='out')(
-                               out)  # out: [b, q, h, d_v]
+                           kernel_init=nn.initializers.xavier_uniform(), name='out')(out)
 
   def _cached_self_attention(self, query: Array, key: Array, value: Array,
                              mask: Array | None) -> tuple[Array, Array]:
