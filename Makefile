@@ -41,3 +41,5 @@ bench: setup
 	$(PY) benchmarks/decode.py
 	$(PY) benchmarks/input_pipeline.py
 	$(PY) benchmarks/checkpoint.py
+	$(PY) benchmarks/data_memory.py encode
+	$(PY) benchmarks/data_memory.py iterator

@@ -42,7 +42,7 @@ import math
 import os
 import shutil
 import socket
-import tempfile
+import sys
 import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -50,14 +50,18 @@ from typing import Any
 import numpy as np
 from absl import logging
 
+from t2t_jax import id_cache
 from t2t_jax import tokenizer as tokenizer_lib
+from t2t_jax.id_cache import Encoded, Pairs
 from t2t_jax.tokenizer import PAD_ID, Tokenizer
 
 Batch = dict[str, np.ndarray]
-Pairs = tuple[list[str], list[str]]
 
 _QUANTUM = 4  # padded lengths are multiples of this
 _CHUNK = 50_000  # sentence pairs read and encoded at a time: bounds memory on WMT
+# Pairs whose lengths are looked at a time when filtering and bucketing: bounds the
+# int64 temporaries (WMT EN-FR has 36M pairs).
+_SLICE = 1 << 20
 _PROBE_TIMEOUT_S = 3.0
 
 
@@ -74,6 +78,7 @@ class _Source:
   name: str  # 'train', 'dev' or 'test'
   key: dict[str, Any]  # identifies the text, for the id cache
   read: Callable[[], Iterator[Pairs]]  # yields chunks of (sources, targets)
+  label: str  # where the text is, for messages: a file, or a tfds split
 
 
 def _files_source(name: str, prefix: str, config: Any) -> _Source:
@@ -90,10 +95,13 @@ def _files_source(name: str, prefix: str, config: Any) -> _Source:
     raise ValueError(
         f'{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}: '
         f'parallel files ({flag}) need one sentence pair a line')
+  if not counts[0]:
+    raise ValueError(f'{paths[0]} and {paths[1]} are empty: the {name} set has no '
+                     f'sentence pair (from {flag})')
   stats = [os.stat(path) for path in paths]
   key = {'kind': 'files', 'paths': [os.path.abspath(p) for p in paths],
          'sizes': [s.st_size for s in stats], 'mtimes': [s.st_mtime_ns for s in stats]}
-  return _Source(name, key, functools.partial(_read_file_pairs, *paths))
+  return _Source(name, key, functools.partial(_read_file_pairs, *paths), paths[0])
 
 
 def _count_lines(path: str) -> int:
@@ -133,8 +141,13 @@ def _decode_lines(path: str, first_line: int, raw: list[bytes]) -> list[str]:
   return lines
 
 
-def _tfds_sources(config: Any) -> dict[str, _Source | None]:
-  """The splits of `config.tfds_name`, prepared (downloaded) first if needed."""
+def _tfds_sources(config: Any, names: tuple[str, ...], *,
+                  prepare: bool) -> dict[str, _Source | None]:
+  """Splits `names` of `config.tfds_name`, prepared (downloaded) first if `prepare`.
+
+  Without `prepare` (--mode=eval) an unprepared dataset is an error: evaluating
+  must not start a download and preparation of the whole training corpus.
+  """
   builder = _tfds_builder(config)
   languages = getattr(builder.info.features, 'languages', None) or []
   for flag in ('source_lang', 'target_lang'):
@@ -142,15 +155,21 @@ def _tfds_sources(config: Any) -> dict[str, _Source | None]:
       raise ValueError(f'config.{flag}={config[flag]!r} is not a language of '
                        f'{config.tfds_name} ({languages})')
   if not builder.is_prepared():
+    if not prepare:
+      raise DataUnavailableError(
+          f'{config.tfds_name} is not prepared in {builder.data_dir_root}: evaluation '
+          'reads prepared data only and never downloads; pass the '
+          '--config.tfds_data_dir the training run used')
     _prepare_tfds(builder, config)
   sources = {}
-  for name in ('train', 'dev', 'test'):
+  for name in names:
     split = config[f'{name}_split']
     key = {'kind': 'tfds', 'name': config.tfds_name, 'version': str(builder.version),
            'data_dir': str(builder.data_dir), 'split': split}
     read = functools.partial(_read_tfds_pairs, builder, split, config.source_lang,
                              config.target_lang)
-    sources[name] = _Source(name, key, read) if split else None
+    label = f'{config.tfds_name} split {split!r} (config.{name}_split)'
+    sources[name] = _Source(name, key, read, label) if split else None
   return sources
 
 
@@ -254,7 +273,14 @@ def _offline_message(builder: Any, config: Any, urls: list[str],
 
 
 def read_lines(path: str) -> list[str]:
-  """The UTF-8 lines of one file (e.g. --mode=translate --input), naming any bad line."""
+  """The UTF-8 lines of one file (e.g. --mode=translate --input), naming any bad line.
+
+  '-' reads standard input, as bytes split exactly like a file: only at '\\n'
+  (str.splitlines would also split at U+2028, NEL, form feeds and lone '\\r',
+  shifting every later line against its translation).
+  """
+  if path == '-':
+    return _decode_lines('<stdin>', 1, sys.stdin.buffer.readlines())
   if not os.path.isfile(path):
     raise FileNotFoundError(f'{path}: no such file')
   with open(path, 'rb') as f:
@@ -303,22 +329,33 @@ def load_eval_set(config: Any, workdir: str, split: str, *, tokenizer: Any) -> A
     from t2t_jax import synthetic  # pylint: disable=g-import-not-at-top
     return getattr(synthetic.get_datasets(config, num_devices=1), split)
   config = resolve_demo(config, workdir)
-  source = _make_sources(config)[split]
+  # Only this split: eval needs neither the training files nor a prepared train split.
+  source = _make_sources(config, (split,), prepare=False)[split]
   if source is None:
-    raise ValueError(f'No {split} set: set --config.{split}_files=PREFIX')
-  text = _read_all(source)
-  return _eval_set(split, text, tokenizer, config)
+    key = f'{split}_split' if config.dataset == 'tfds' else f'{split}_files'
+    raise ValueError(f'No {split} set: config.{key} is empty')
+  return _eval_set(split, _read_eval_text(source), tokenizer, config)
 
 
-def _make_sources(config: Any) -> dict[str, _Source | None]:
+def _make_sources(config: Any, names: tuple[str, ...] = ('train', 'dev', 'test'), *,
+                  prepare: bool = True) -> dict[str, _Source | None]:
+  """The splits `names`, checked; tfds data is prepared first only if `prepare`."""
   if config.dataset == 'tfds':
-    return _tfds_sources(config)
-  if not config.train_files:
+    return _tfds_sources(config, names, prepare=prepare)
+  if 'train' in names and not config.train_files:
     raise ValueError('config.dataset=files needs --config.train_files=PREFIX '
                      f'(reads PREFIX.{config.source_lang}, PREFIX.{config.target_lang})')
   return {name: _files_source(name, config[f'{name}_files'], config)
                 if config[f'{name}_files'] else None
-          for name in ('train', 'dev', 'test')}
+          for name in names}
+
+
+def _read_eval_text(source: _Source) -> Pairs:
+  """All of a dev or test set; an empty one fails now, not at its first evaluation."""
+  text = _read_all(source)
+  if not text[0]:
+    raise ValueError(f'{source.label}: the {source.name} set has no sentence pair')
+  return text
 
 
 def _read_all(source: _Source) -> Pairs:
@@ -335,82 +372,27 @@ def _both_sides(source: _Source) -> Iterator[str]:
     yield from chunk_t
 
 
-# --------------------------------------------------------- ids and the cache
+# ------------------------------------------------------------ pairs kept
 
 
-@dataclasses.dataclass(frozen=True)
-class _Encoded:
-  """Ids of one split. Pair i's side k is ids[k][offsets[k][i]:offsets[k][i + 1]]."""
-  ids: tuple[np.ndarray, np.ndarray]  # flat, EOS included; source then target
-  offsets: tuple[np.ndarray, np.ndarray]  # int64 [num_pairs + 1]
-
-  @property
-  def lengths(self) -> tuple[np.ndarray, np.ndarray]:
-    return np.diff(self.offsets[0]), np.diff(self.offsets[1])
+def _index_dtype(num_pairs: int) -> type:
+  """int32 pair indices while they fit: half the memory of int64 on WMT's 4.5M-36M pairs."""
+  return np.int32 if num_pairs < np.iinfo(np.int32).max else np.int64
 
 
-def _encode(chunks: Iterator[Pairs], tokenizer: Tokenizer) -> _Encoded:
-  # uint16 halves the memory of WMT's ~10^8 ids whenever the vocabulary allows.
-  dtype = np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.int32
-  flat, lengths = ([], []), ([], [])
-  for chunk in chunks:
-    for side, texts in enumerate(chunk):
-      ids = tokenizer.encode_batch(texts)
-      lengths[side].append(np.fromiter(map(len, ids), np.int64, len(ids)))
-      flat[side].append(np.fromiter(itertools.chain.from_iterable(ids), dtype,
-                                    int(lengths[side][-1].sum())))
-  offsets = tuple(np.cumsum(np.concatenate([np.zeros(1, np.int64), *parts]))
-                  for parts in lengths)
-  ids = tuple(np.concatenate([np.zeros(0, dtype), *parts]) for parts in flat)
-  return _Encoded(ids, offsets)
-
-
-_CACHE_FILES = ('source_ids', 'target_ids', 'source_offsets', 'target_offsets')
-
-
-def _load_or_encode(source: _Source, tokenizer: Tokenizer, workdir: str) -> _Encoded:
-  """Ids of `source`, encoded once and kept in <workdir>/data_cache/.
-
-  The key covers the text's identity (file paths, sizes and times; or the tfds
-  name, version and split) and the vocabulary, so a change to either re-encodes.
-  """
-  key = json.dumps({**source.key, 'vocab': tokenizer.fingerprint}, sort_keys=True)
-  digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-  path = os.path.join(workdir, 'data_cache', f'{source.name}-{digest}')
-  if not os.path.isdir(path):
-    logging.info('Encoding the %s split into %s', source.name, path)
-    encoded = _encode(source.read(), tokenizer)
-    _save_atomically(path, encoded.ids + encoded.offsets, key)
-  # Memory-mapped: hosts sharing a disk share the page cache, and WMT's ids
-  # need not fit in RAM.
-  arrays = [np.load(os.path.join(path, f'{name}.npy'), mmap_mode='r')
-            for name in _CACHE_FILES]
-  return _Encoded(ids=(arrays[0], arrays[1]), offsets=(arrays[2], arrays[3]))
-
-
-def _save_atomically(path: str, arrays: tuple[np.ndarray, ...], key: str) -> None:
-  """Writes a temporary folder and renames it, so a crash leaves no half cache."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix='.tmp-', dir=os.path.dirname(path))
-  for name, array in zip(_CACHE_FILES, arrays):
-    np.save(os.path.join(tmp, f'{name}.npy'), array)
-  with open(os.path.join(tmp, 'key.json'), 'w') as f:
-    f.write(key)
-  try:
-    os.rename(tmp, path)
-  except OSError:  # another process (host) wrote the same cache first
-    shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _length_filter(encoded: _Encoded, max_length: int, name: str) -> np.ndarray:
+def _length_filter(encoded: Encoded, max_length: int, name: str) -> np.ndarray:
   """Indices of the pairs kept for training; the dropped ones are counted."""
-  src, tgt = encoded.lengths
-  empty = (src <= 1) | (tgt <= 1)  # only the EOS
-  too_long = ~empty & ((src > max_length) | (tgt > max_length))
-  kept = np.flatnonzero(~empty & ~too_long)
+  num_pairs = len(encoded.offsets[0]) - 1
+  empty, too_long = np.empty(num_pairs, bool), np.empty(num_pairs, bool)
+  for start in range(0, num_pairs, _SLICE):
+    part = slice(start, start + _SLICE)
+    src, tgt = (np.diff(offsets[start:start + _SLICE + 1]) for offsets in encoded.offsets)
+    empty[part] = (src <= 1) | (tgt <= 1)  # only the EOS
+    too_long[part] = ~empty[part] & ((src > max_length) | (tgt > max_length))
+  kept = np.flatnonzero(~empty & ~too_long).astype(_index_dtype(num_pairs))
   logging.info(
       '%s: %d pairs; dropped %d with an empty side and %d with a side longer '
-      'than max_length=%d tokens; kept %d', name, len(src), empty.sum(),
+      'than max_length=%d tokens; kept %d', name, num_pairs, empty.sum(),
       too_long.sum(), max_length, len(kept))
   if not len(kept):
     raise ValueError(f'{name}: no sentence pair left after dropping empty pairs '
@@ -418,7 +400,7 @@ def _length_filter(encoded: _Encoded, max_length: int, name: str) -> np.ndarray:
   return kept
 
 
-def _gather(encoded: _Encoded, side: int, pairs: np.ndarray, rows: int,
+def _gather(encoded: Encoded, side: int, pairs: np.ndarray, rows: int,
             width: int) -> np.ndarray:
   """Rows of ids right-padded with PAD to `width`; missing rows are all PAD."""
   out = np.full((rows, width), PAD_ID, np.int32)
@@ -450,12 +432,22 @@ def _round_up(x: int, multiple: int) -> int:
   return -(-x // multiple) * multiple
 
 
-def _cells(lengths: tuple[np.ndarray, np.ndarray], grid: np.ndarray,
+def _cells(encoded: Encoded, kept: np.ndarray, grid: np.ndarray,
            band: int) -> tuple[np.ndarray, np.ndarray]:
-  """Grid indices (source, target) of each pair's padded lengths."""
-  i, j = np.searchsorted(grid, lengths[0]), np.searchsorted(grid, lengths[1])
-  longer = np.maximum(i, j)
-  return np.maximum(i, longer - band), np.maximum(j, longer - band)
+  """Grid indices (source, target) of each kept pair's padded lengths.
+
+  int16 (a grid has tens of lengths), computed a slice of pairs at a time: 4 bytes
+  a pair instead of 16, and no int64 temporaries the size of the corpus.
+  """
+  cells = np.empty((2, len(kept)), np.int16)
+  band = min(band, len(grid))  # a wider band changes nothing, and stays an int16
+  for start in range(0, len(kept), _SLICE):
+    pairs = kept[start:start + _SLICE]
+    i, j = (np.searchsorted(grid, offsets[pairs + 1] - offsets[pairs]).astype(np.int16)
+            for offsets in encoded.offsets)
+    longer = np.maximum(i, j)
+    cells[:, start:start + len(pairs)] = np.maximum(i, longer - band), np.maximum(j, longer - band)
+  return cells[0], cells[1]
 
 
 def _rows(grid: np.ndarray, tokens_per_batch: int, num_devices: int) -> np.ndarray:
@@ -480,10 +472,15 @@ def _epoch_plan(cell_i: np.ndarray, cell_j: np.ndarray, grid: np.ndarray,
                 rows: np.ndarray, num_devices: int, rng: np.random.Generator) -> _Plan:
   """Cuts one epoch into batches, cell by cell, then shuffles the batches."""
   n = len(grid)
-  cell = cell_i * n + cell_j
-  shuffled = rng.permutation(len(cell))
+  cell = cell_i.astype(np.int16 if n * n <= np.iinfo(np.int16).max else np.int32) * n + cell_j
+  # = rng.permutation(len(cell)), the same draws, in int32 (shuffle is Fisher-Yates
+  # whatever the dtype): resumed runs see the batches of earlier versions.
+  shuffled = np.arange(len(cell), dtype=_index_dtype(len(cell)))
+  rng.shuffle(shuffled)
+  # A stable sort's order depends only on the keys, whatever their dtype.
   grouped = shuffled[np.argsort(cell[shuffled], kind='stable')]
-  bounds = np.searchsorted(cell[grouped], np.arange(n * n + 1))
+  # (in cell's dtype: searching int64 keys would copy cell[grouped] to int64)
+  bounds = np.searchsorted(cell[grouped], np.arange(n * n + 1, dtype=cell.dtype))
   carry: dict[tuple[int, int], np.ndarray] = {}
   batches, shapes = [], []
   # By i + j, so that a cell's left-overs reach (i + 1, j + 1) before it is cut.
@@ -519,17 +516,17 @@ class TrainIterator:
   count. `get_state`/`set_state` save and restore the position exactly.
   """
 
-  def __init__(self, encoded: _Encoded, kept: np.ndarray, config: Any, *,
+  def __init__(self, encoded: Encoded, kept: np.ndarray, config: Any, *,
                num_devices: int, process_index: int, process_count: int,
                data_key: str):
     self._encoded, self._kept = encoded, kept
     self._grid = bucket_lengths(config.max_length, config.bucket_growth)
-    lengths = tuple(side[kept] for side in encoded.lengths)
-    self._cell_i, self._cell_j = _cells(lengths, self._grid, config.bucket_band)
+    self._cell_i, self._cell_j = _cells(encoded, kept, self._grid, config.bucket_band)
     self._rows = _rows(self._grid, config.tokens_per_batch, num_devices)
-    used = self._rows[self._cell_i, self._cell_j]
-    if (used == 0).any():
-      longest = int(self._grid[max(self._cell_i.max(), self._cell_j.max())])
+    # Rows shrink as the longer side grows, so the longest cell decides.
+    last = max(self._cell_i.max(), self._cell_j.max())
+    if not self._rows[last, last]:
+      longest = int(self._grid[last])
       raise ValueError(
           f'config.tokens_per_batch={config.tokens_per_batch} cannot hold one '
           f'{longest}-token row on each of {num_devices} devices; raise it or '
@@ -600,7 +597,7 @@ class EvalSet:
   """A dev or test set: raw text for BLEU, and batches for decoding and loss."""
   sources: list[str]  # raw source sentences, original order
   references: list[str]  # raw target sentences, original order
-  encoded: _Encoded | None = dataclasses.field(default=None, repr=False)
+  encoded: Encoded | None = dataclasses.field(default=None, repr=False)
   tokens_per_batch: int = 8192
   bucket_growth: float = 1.1
   num_devices: int = 1
@@ -645,7 +642,7 @@ class EvalSet:
 
 def _eval_set(name: str, text: Pairs, tokenizer: Tokenizer, config: Any, **topology: int
               ) -> EvalSet:
-  encoded = _encode(iter([text]), tokenizer)
+  encoded = id_cache.encode(iter([text]), tokenizer)
   too_long = (np.maximum(*encoded.lengths) > config.max_length).sum()
   logging.info('%s: %d pairs, %d longer than max_length=%d (kept: eval sets are '
                'not filtered)', name, len(text[0]), too_long, config.max_length)
@@ -683,7 +680,8 @@ def get_datasets(config: Any, workdir: str, *, num_devices: int,
   """The tokenizer, training batches and dev/test sets of `config.dataset`.
 
   Every input is checked (files exist, line counts agree, the text is UTF-8,
-  tfds data is available) before the vocabulary is trained or anything encoded.
+  tfds data is available, dev and test sets are not empty) before the vocabulary
+  is trained or anything encoded.
   """
   if config.dataset == 'synthetic':
     from t2t_jax import synthetic  # pylint: disable=g-import-not-at-top
@@ -696,11 +694,12 @@ def get_datasets(config: Any, workdir: str, *, num_devices: int,
   config = resolve_demo(config, workdir)
   _check_settings(config, num_devices, process_index, process_count)
   sources = _make_sources(config)
-  eval_text = {name: _read_all(sources[name]) for name in ('dev', 'test')
+  eval_text = {name: _read_eval_text(sources[name]) for name in ('dev', 'test')
                if sources[name]}
   tokenizer = tokenizer_lib.load_or_train(
       config, workdir, lambda: _both_sides(sources['train']))
-  encoded = _load_or_encode(sources['train'], tokenizer, workdir)
+  source = sources['train']
+  encoded = id_cache.load_or_encode(source.name, source.key, source.read, tokenizer, workdir)
   kept = _length_filter(encoded, config.max_length, 'train')
   topology = dict(num_devices=num_devices, process_index=process_index,
                   process_count=process_count)

@@ -1,8 +1,13 @@
 """Tests of the §5.1 input pipeline: sources, filtering, buckets, resume, sharding."""
 import collections
+import errno
+import hashlib
+import io
 import json
 import os
 import random
+import re
+import subprocess
 import sys
 import time
 import types
@@ -12,7 +17,8 @@ import pytest
 
 import t2t_jax
 from experiments import wmt_ende_base
-from t2t_jax import data
+from t2t_jax import data, files, id_cache
+from t2t_jax import tokenizer as tokenizer_lib
 from t2t_jax.tokenizer import EOS_ID, PAD_ID
 
 MAX_LENGTH = 40
@@ -175,6 +181,27 @@ def test_restore_reproduces_the_next_10_batches(files_run):
   assert restored.get_state() == train.get_state()
 
 
+def test_batches_are_those_of_earlier_versions():
+  # A run resumed by a newer t2t_jax must see the batches the older one would have:
+  # the digest was taken from the 2026-11-22 code (int64 index arrays throughout).
+  rng = np.random.default_rng(7)
+  lengths = rng.integers(1, 56, size=(2, 3000))  # some empty (EOS only), some too long
+  offsets = tuple(np.concatenate([[0], np.cumsum(side)]) for side in lengths)
+  ids = tuple((np.arange(o[-1]) % 250 + 3).astype(np.uint16) for o in offsets)
+  encoded = id_cache.Encoded(ids=ids, offsets=offsets)
+  config = wmt_ende_base.get_config()
+  config.update(max_length=MAX_LENGTH, tokens_per_batch=TOKENS_PER_BATCH, bucket_band=1)
+  kept = data._length_filter(encoded, MAX_LENGTH, 'train')
+  train = data.TrainIterator(encoded, kept, config, num_devices=4, process_index=1,
+                             process_count=2, data_key='golden')
+  digest = hashlib.sha256(train.get_state()['fingerprint'].encode())
+  for _ in range(train.plan(0).num_batches + train.plan(1).num_batches):
+    batch = next(train)
+    digest.update(np.array(batch['inputs'].shape + batch['targets'].shape).tobytes())
+    digest.update(batch['inputs'].tobytes() + batch['targets'].tobytes())
+  assert digest.hexdigest()[:16] == '1a2c93ac7cfaef92'
+
+
 def test_restore_into_different_settings_fails_clearly(files_run):
   config, _, workdir = files_run
   state = data.get_datasets(config, workdir, num_devices=1).train.get_state()
@@ -259,7 +286,7 @@ def test_restart_reuses_vocabulary_and_ids(files_run, monkeypatch):
     raise AssertionError('retrained or re-encoded on restart')
 
   monkeypatch.setattr(data.tokenizer_lib, '_train', fail)
-  monkeypatch.setattr(data, '_save_atomically', fail)
+  monkeypatch.setattr(id_cache, '_save_atomically', fail)
   again = data.get_datasets(config, workdir, num_devices=1)
   assert again.tokenizer.fingerprint == ds.tokenizer.fingerprint
   assert len(os.listdir(os.path.join(workdir, 'data_cache'))) == 1
@@ -304,6 +331,164 @@ def test_crlf_and_missing_final_newline(tmp_path):
   source = data._files_source('train', str(prefix), wmt_ende_base.get_config())
   assert data._read_all(source) == (['Hello there', 'Second line'],
                                     ['Hallo da', 'Zweite Zeile'])
+
+
+# Separators str.splitlines() splits at but files do not: U+2028, NEL, form feed, lone CR.
+TRICKY_LINES = (b'\xef\xbb\xbfone\xe2\x80\xa8still one\r\n'
+                b'two \xc2\x85 still two\x0c and more\n'
+                b'three\rstill three\n'
+                b'\xef\xbb\xbfa BOM that is text\n'
+                b'last, no newline')
+
+
+def fake_stdin(monkeypatch, raw: bytes):
+  monkeypatch.setattr(sys, 'stdin', types.SimpleNamespace(buffer=io.BytesIO(raw)))
+
+
+def test_stdin_lines_are_split_like_a_file(tmp_path, monkeypatch):
+  (tmp_path / 'input.txt').write_bytes(TRICKY_LINES)
+  from_file = data.read_lines(str(tmp_path / 'input.txt'))
+  fake_stdin(monkeypatch, TRICKY_LINES)
+  from_stdin = data.read_lines('-')
+  assert from_stdin == from_file
+  assert len(from_stdin) == 5
+  assert from_stdin[0] == 'one\u2028still one' and from_stdin[3] == '\ufeffa BOM that is text'
+
+
+def test_stdin_invalid_utf8_names_the_line(monkeypatch):
+  fake_stdin(monkeypatch, b'fine\nalso fine\ncaf\xe9\nfine\n')
+  with pytest.raises(ValueError, match=r'<stdin>, line 3: invalid UTF-8'):
+    data.read_lines('-')
+
+
+def test_empty_dev_file_fails_before_the_vocabulary(tmp_path):
+  config = make_config(tmp_path)
+  for lang in ('en', 'de'):
+    open(f'{config.dev_files}.{lang}', 'w').close()
+  with pytest.raises(ValueError, match=rf'{config.dev_files}\.en and .*: the dev set has no '
+                     'sentence pair'):
+    data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
+  assert not (tmp_path / 'workdir' / 'vocab').exists()
+
+
+@pytest.mark.parametrize('train_files', ['', 'nowhere/train'])
+def test_eval_set_needs_only_its_own_files(files_run, tmp_path, train_files):
+  config, ds, workdir = files_run
+  config = config.copy_and_resolve_references()
+  config.train_files = train_files and str(tmp_path / train_files)
+  config.dev_files = str(tmp_path / 'nowhere' / 'dev')
+  evalset = data.load_eval_set(config, workdir, 'test', tokenizer=ds.tokenizer)
+  assert evalset.sources == ds.test.sources and evalset.references == ds.test.references
+
+
+# ------------------------------------------------------------------ the id cache
+
+
+def train_cache(workdir) -> str:
+  [name] = [n for n in os.listdir(os.path.join(workdir, 'data_cache')) if n.startswith('train-')]
+  return os.path.join(workdir, 'data_cache', name)
+
+
+@pytest.mark.parametrize('failure', [
+    (os, 'fsync', 2, OSError(errno.ENOSPC, 'No space left on device')),  # a full disk
+    (os, 'rename', 1, PermissionError(errno.EACCES, 'Permission denied')),
+    (tokenizer_lib.Tokenizer, 'encode_arrays', 5, KeyboardInterrupt()),  # the third chunk
+])
+def test_failed_cache_write_leaves_no_temporary(tmp_path, monkeypatch, failure):
+  config, workdir = make_config(tmp_path), str(tmp_path / 'workdir')
+  tokenizer_lib.load_or_train(config, workdir, lambda: ['some text', 'etwas Text'] * 50)
+  cache_dir = os.path.join(workdir, 'data_cache')
+  module, name, fail_at, error = failure
+  original, calls, during = getattr(module, name), [], []
+
+  def fail(*args, **kwargs):
+    calls.append(args)
+    if len(calls) == fail_at:
+      during.extend(n for n in os.listdir(cache_dir) if n.startswith('.tmp-'))
+      raise error
+    return original(*args, **kwargs)
+
+  monkeypatch.setattr(data, '_CHUNK', 100)  # 600 pairs: six chunks
+  monkeypatch.setattr(module, name, fail)
+  with pytest.raises(OSError if isinstance(error, OSError) else type(error)) as raised:
+    data.get_datasets(config, workdir, num_devices=1)
+  assert during  # it failed while writing the temporary folder
+  assert not [n for n in os.listdir(cache_dir) if n.startswith('.tmp-')]
+  if isinstance(error, OSError):
+    assert isinstance(raised.value, files.DiskWriteError)
+    assert re.fullmatch(rf'{re.escape(cache_dir)}/train-[0-9a-f]{{16}}: cannot write the '
+                        rf'data cache: {error.strerror}', str(raised.value))
+
+
+def test_cache_written_chunk_by_chunk_equals_one_pass(files_run, tmp_path, monkeypatch):
+  config, ds, _ = files_run
+  monkeypatch.setattr(data, '_CHUNK', 7)  # 600 pairs: 86 chunks, the last one short
+  source = data._files_source('train', config.train_files, config)
+  cached = id_cache.load_or_encode(source.name, source.key, source.read, ds.tokenizer,
+                                   str(tmp_path))
+  whole = id_cache.encode(iter([data._read_all(source)]), ds.tokenizer)
+  for got, want in zip(cached.ids + cached.offsets, whole.ids + whole.offsets):
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+  # plain .npy files, which numpy reads without this module
+  ids = np.load(os.path.join(train_cache(str(tmp_path)), 'target_ids.npy'))
+  np.testing.assert_array_equal(ids, whole.ids[1])
+
+
+def dead_pid() -> int:
+  process = subprocess.Popen(['true'])
+  process.wait()
+  return process.pid
+
+
+def test_stale_temporaries_are_swept_but_live_ones_kept(tmp_path):
+  config, workdir = make_config(tmp_path), str(tmp_path / 'workdir')
+  cache_dir = tmp_path / 'workdir' / 'data_cache'
+  host = files._host()
+  names = {'dead': f'.tmp-{host}-{dead_pid()}-abc_12', 'live': f'.tmp-{host}-{os.getpid()}-x1',
+           'other_host': f'.tmp-elsewhere-{dead_pid()}-y2', 'old': f'.tmp-elsewhere-1-z3'}
+  for name in names.values():
+    (cache_dir / name).mkdir(parents=True)
+    (cache_dir / name / 'source_ids.npy').write_bytes(b'half written')
+  two_days_ago = time.time() - 2 * 86400
+  os.utime(cache_dir / names['old'], (two_days_ago, two_days_ago))
+  data.get_datasets(config, workdir, num_devices=1)
+  left = {n for n in os.listdir(cache_dir) if n.startswith('.tmp-')}
+  assert left == {names['live'], names['other_host']}
+
+
+@pytest.mark.parametrize('damage', ['truncate', 'old_format_inconsistent'])
+def test_damaged_cache_is_named_and_rebuilt(tmp_path, caplog, damage):
+  config, workdir = make_config(tmp_path), str(tmp_path / 'workdir')
+  before = data.get_datasets(config, workdir, num_devices=1).train._encoded
+  ids = [np.array(side) for side in before.ids]
+  path = train_cache(workdir)
+  if damage == 'truncate':
+    damaged = os.path.join(path, 'source_ids.npy')
+    blob = open(damaged, 'rb').read()
+    open(damaged, 'wb').write(blob[:len(blob) - 10])
+  else:  # as the old code wrote key.json (no sizes), and one pair short on one side
+    damaged = path
+    record = json.load(open(os.path.join(path, 'key.json')))
+    json.dump(record['key'], open(os.path.join(path, 'key.json'), 'w'))
+    offsets = np.load(os.path.join(path, 'target_offsets.npy'))
+    np.save(os.path.join(path, 'target_offsets.npy'), offsets[:-1])
+  with caplog.at_level('WARNING'):
+    after = data.get_datasets(config, workdir, num_devices=1).train._encoded
+  assert f'{damaged}: damaged' in caplog.text
+  for want, got in zip(ids, after.ids):
+    np.testing.assert_array_equal(got, want)
+  assert train_cache(workdir) == path
+
+
+def test_old_format_cache_is_still_used(tmp_path, monkeypatch):
+  config, workdir = make_config(tmp_path), str(tmp_path / 'workdir')
+  data.get_datasets(config, workdir, num_devices=1)
+  path = train_cache(workdir)
+  record = json.load(open(os.path.join(path, 'key.json')))
+  json.dump(record['key'], open(os.path.join(path, 'key.json'), 'w'), sort_keys=True)
+  monkeypatch.setattr(id_cache, '_save_atomically', lambda *args: pytest.fail('re-encoded'))
+  data.get_datasets(config, workdir, num_devices=1)
 
 
 def test_unknown_dataset_names_the_key(tmp_path):
@@ -383,6 +568,40 @@ def test_tfds_uses_archives_in_the_manual_dir(tmp_path, monkeypatch):
   for url in needed:
     (manual / builder.url_infos[url].filename).touch()
   assert data._urls_to_download(builder, str(manual)) == []
+
+
+class FakeBuilder:
+  """Just enough of a tfds WMT14 builder for the checks before any reading."""
+  info = types.SimpleNamespace(features=types.SimpleNamespace(languages=['de', 'en']))
+  version, data_dir, url_infos = '1.0.0', '/nowhere/wmt14_translate/de-en/1.0.0', {}
+
+  def __init__(self, prepared: bool):
+    self.prepared, self.data_dir_root = prepared, '/nowhere'
+
+  def is_prepared(self) -> bool:
+    return self.prepared
+
+  def download_and_prepare(self, **kwargs):
+    raise AssertionError('download_and_prepare called')
+
+
+def test_tfds_eval_reads_prepared_data_only(tmp_path, monkeypatch):
+  monkeypatch.setattr(data, '_tfds_builder', lambda config: FakeBuilder(prepared=False))
+  monkeypatch.setattr(data, '_prepare_tfds', lambda *args: pytest.fail('prepared for eval'))
+  with pytest.raises(data.DataUnavailableError, match=r'not prepared in /nowhere: evaluation '
+                     r'reads prepared data only.*--config\.tfds_data_dir'):
+    data.load_eval_set(tfds_config(tmp_path), str(tmp_path), 'test', tokenizer=None)
+
+
+def test_tfds_empty_dev_split_is_named(tmp_path, monkeypatch):
+  monkeypatch.setattr(data, '_tfds_builder', lambda config: FakeBuilder(prepared=True))
+  splits = {'train': (['a b'], ['c d']), 'validation': ([], []), 'test': (['e'], ['f'])}
+  monkeypatch.setattr(data, '_read_tfds_pairs',
+                      lambda builder, split, *langs: iter([splits[split]]))
+  with pytest.raises(ValueError, match=r"wmt14_translate/de-en split 'validation' "
+                     r'\(config\.dev_split\): the dev set has no sentence pair'):
+    data.get_datasets(tfds_config(tmp_path), str(tmp_path / 'workdir'), num_devices=1)
+  assert not (tmp_path / 'workdir' / 'vocab').exists()
 
 
 def test_unreachable_host_is_detected_quickly():

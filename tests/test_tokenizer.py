@@ -1,13 +1,16 @@
 """Tests of the shared SentencePiece vocabulary (§5.1)."""
 import collections
+import errno
 import os
 import random
+import subprocess
 import unicodedata
 
 import ml_collections
 import numpy as np
 import pytest
 
+from t2t_jax import files
 from t2t_jax import tokenizer as tokenizer_lib
 from t2t_jax.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
@@ -152,3 +155,45 @@ def test_impossible_vocab_size_is_a_clear_error(tmp_path):
                                 lambda: sentences(50, seed=0))
   # no half-written vocabulary left behind
   assert os.listdir(tmp_path / 'vocab') == []
+
+
+def test_full_disk_is_one_line_and_leaves_no_half_vocabulary(tmp_path, monkeypatch):
+  moved = []
+
+  def replace(src, dst):
+    if moved:  # spm.vocab is in place; the disk fills up before spm.model
+      raise OSError(errno.ENOSPC, 'No space left on device')
+    moved.append(dst)
+    return original(src, dst)
+
+  original = os.replace
+  monkeypatch.setattr(os, 'replace', replace)
+  with pytest.raises(OSError) as raised:
+    tokenizer_lib.load_or_train(make_config(), str(tmp_path), lambda: sentences(400, seed=0))
+  assert str(raised.value) == (f'{tmp_path / "vocab"}: cannot write the vocabulary: '
+                               'No space left on device')
+  assert os.listdir(tmp_path / 'vocab') == ['spm.vocab']  # no .model: never used
+  monkeypatch.undo()
+  # the next run trains it again
+  tok = tokenizer_lib.load_or_train(make_config(), str(tmp_path), lambda: sentences(400, seed=0))
+  assert tok.vocab_size == VOCAB_SIZE
+
+
+def test_killed_runs_temporaries_are_swept(tmp_path):
+  dead = subprocess.Popen(['true'])
+  dead.wait()
+  host = files._host()
+  vocab = tmp_path / 'vocab'
+  for name in (f'.tmp-{host}-{dead.pid}-abc', f'.tmp-{host}-{os.getpid()}-live'):
+    (vocab / name).mkdir(parents=True)
+    (vocab / name / 'spm.model').write_bytes(b'half')
+  tokenizer_lib.load_or_train(make_config(), str(tmp_path), lambda: sentences(400, seed=0))
+  assert sorted(os.listdir(vocab)) == [f'.tmp-{host}-{os.getpid()}-live', 'spm.model',
+                                       'spm.vocab']
+
+
+def test_unreadable_model_is_named(tmp_path):
+  (tmp_path / 'vocab').mkdir()
+  (tmp_path / 'vocab' / 'spm.model').write_bytes(b'\x0a\x05trunc')
+  with pytest.raises(ValueError, match=r'vocab/spm\.model: not a readable SentencePiece model'):
+    tokenizer_lib.load_or_train(make_config(), str(tmp_path), lambda: [])

@@ -1,0 +1,127 @@
+"""Crash-safe writes: a file or folder is complete or absent, never half there.
+
+Plumbing, not paper (the vocabulary, the id cache and the workdir's text files use it):
+temporary names that tell a killed writer's leftovers from a live one's, fsync before and
+after renames, and disk errors (a full disk, a missing permission) as one line naming the
+path. No JAX here: the input pipeline is plain numpy.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+
+from absl import logging
+
+# A temporary folder older than this is abandoned even if its pid looks alive (pids are
+# reused); writing the vocabulary or the id cache takes minutes to an hour.
+_STALE_AFTER_S = 24 * 3600
+
+
+
+class DiskWriteError(OSError):
+  """A disk full, a missing permission...: one line naming the path, no traceback."""
+
+  def __init__(self, path: str, what: str, cause: OSError):
+    super().__init__(f'{path}: cannot write {what}: {cause.strerror or cause}')
+    self.errno = cause.errno
+
+
+@contextlib.contextmanager
+def disk_write_errors(path: str, what: str) -> Iterator[None]:
+  """Turns an OSError inside into a DiskWriteError naming `path` and `what` it holds."""
+  try:
+    yield
+  except DiskWriteError:
+    raise
+  except OSError as e:
+    raise DiskWriteError(path, what, e) from e
+
+
+def make_temp_dir(parent: str) -> str:
+  """A new folder <parent>/.tmp-<host>-<pid>-<random> for writing, then renaming.
+
+  Host and pid let `sweep_temp_dirs` tell a dead writer's folder from a live one's
+  when several hosts share the disk.
+  """
+  return tempfile.mkdtemp(prefix=f'.tmp-{_host()}-{os.getpid()}-', dir=parent)
+
+
+_TEMP_NAME = re.compile(r'\.tmp-(?P<host>.*)-(?P<pid>\d+)-[^-]*')
+
+
+def _host() -> str:
+  """This host's name, and its pid namespace where there is one: containers that share a
+  host name do not see each other's pids."""
+  name = socket.gethostname().replace('/', '_') or 'host'
+  try:
+    namespace = os.stat('/proc/self/ns/pid').st_ino
+  except OSError:  # not Linux
+    return name
+  return f'{name}.{namespace}'
+
+
+def sweep_temp_dirs(parent: str) -> None:
+  """Removes temporary folders of killed writers in `parent`.
+
+  Only folders of this host whose pid is gone, and any older than a day: another
+  host's writer may be alive, and its pid means nothing here.
+  """
+  host = _host()
+  try:
+    names = [n for n in os.listdir(parent) if n.startswith('.tmp-')]
+  except FileNotFoundError:
+    return
+  for name in names:
+    path = os.path.join(parent, name)
+    match = _TEMP_NAME.fullmatch(name)
+    dead = match and match['host'] == host and not _pid_alive(int(match['pid']))
+    try:
+      old = time.time() - os.stat(path).st_mtime > _STALE_AFTER_S
+    except FileNotFoundError:  # its writer just renamed or removed it
+      continue
+    if dead or old:
+      logging.info('Removing %s, left by a killed run', path)
+      shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)  # signal 0: only checks that the process exists
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # exists, owned by another user
+    return True
+  return True
+
+
+def fsync_path(path: str) -> None:
+  """Flushes a file's data, or a folder's entries (after a rename), to the disk."""
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  except OSError as e:
+    if e.errno != errno.EINVAL:  # some file systems cannot sync a folder
+      raise
+  finally:
+    os.close(fd)
+
+
+def write_text(path: str, text: str) -> None:
+  """Writes `path` whole or not at all: a temporary file, fsynced, renamed over it."""
+  tmp = f'{path}.tmp-{os.getpid()}'
+  try:
+    with open(tmp, 'w', encoding='utf-8') as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)

@@ -1,0 +1,257 @@
+"""Sub-word ids of a training split, encoded once and kept in <workdir>/data_cache/ (§5.1).
+
+A split's cache is a folder <split>-<digest>/ of four flat .npy files (source and target
+ids, EOS included; source and target offsets: pair i's side k is
+ids[k][offsets[k][i]:offsets[k][i + 1]]) and key.json (what was encoded, and each file's
+size). It is written chunk by chunk into a temporary folder, fsynced and renamed, so memory
+holds one chunk and a crash leaves no half cache; it is read back memory-mapped, so WMT's
+ids need not fit in RAM, and checked, so a truncated file is rebuilt, not trained on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+from absl import logging
+
+from t2t_jax import files
+from t2t_jax.tokenizer import Tokenizer
+
+Pairs = tuple[list[str], list[str]]  # a chunk of text: (sources, targets)
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+  """Ids of one split. Pair i's side k is ids[k][offsets[k][i]:offsets[k][i + 1]]."""
+  ids: tuple[np.ndarray, np.ndarray]  # flat, EOS included; source then target
+  offsets: tuple[np.ndarray, np.ndarray]  # int64 [num_pairs + 1]
+
+  @property
+  def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+    return np.diff(self.offsets[0]), np.diff(self.offsets[1])
+
+
+# The files of one split's cache in <workdir>/data_cache/<split>-<digest>/, with key.json.
+_CACHE_FILES = ('source_ids', 'target_ids', 'source_offsets', 'target_offsets')
+
+
+def _id_dtype(tokenizer: Tokenizer) -> np.dtype:
+  # uint16 halves the memory and disk of WMT's ~10^8 ids whenever the vocabulary allows.
+  return np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.int32)
+
+
+def _encode_texts(texts: list[str], tokenizer: Tokenizer,
+                  dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+  """(flat ids, lengths) of `texts`, each sentence's ids ending with EOS."""
+  ids = tokenizer.encode_arrays(texts)
+  lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+  return (np.concatenate(ids).astype(dtype) if ids else np.zeros(0, dtype)), lengths
+
+
+def encode(chunks: Iterator[Pairs], tokenizer: Tokenizer) -> Encoded:
+  """Ids in memory: for the dev and test sets (training ids go to `_encode_into`)."""
+  dtype = _id_dtype(tokenizer)
+  flat, lengths = ([], []), ([], [])
+  for chunk in chunks:
+    for side, texts in enumerate(chunk):
+      ids, counts = _encode_texts(texts, tokenizer, dtype)
+      flat[side].append(ids)
+      lengths[side].append(counts)
+  offsets = tuple(np.cumsum(np.concatenate([np.zeros(1, np.int64), *parts]))
+                  for parts in lengths)
+  ids = tuple(np.concatenate([np.zeros(0, dtype), *parts]) for parts in flat)
+  return Encoded(ids, offsets)
+
+
+class _NpyWriter:
+  """A 1-D .npy file written chunk by chunk; its length goes into the header at the end.
+
+  numpy pads every header so that a growing first axis fits in place
+  (numpy.lib.format.GROWTH_AXIS_MAX_DIGITS), so nothing need be held in memory.
+  """
+
+  def __init__(self, path: str, dtype: Any):
+    self._file = open(path, 'wb')  # pylint: disable=consider-using-with
+    self._dtype, self._length = np.dtype(dtype), 0
+    self._write_header()
+    self._data_start = self._file.tell()
+
+  def _write_header(self) -> None:
+    np.lib.format.write_array_header_1_0(self._file, {
+        'descr': np.lib.format.dtype_to_descr(self._dtype), 'fortran_order': False,
+        'shape': (self._length,)})
+
+  def append(self, array: np.ndarray) -> None:
+    self._file.write(np.ascontiguousarray(array, self._dtype).data)
+    self._length += len(array)
+
+  def finish(self) -> None:
+    """Writes the final header and flushes the file to the disk."""
+    self._file.seek(0)
+    self._write_header()
+    if self._file.tell() != self._data_start:  # never: numpy reserved the room
+      raise RuntimeError(f'{self._file.name}: the .npy header changed size')
+    self._file.flush()
+    os.fsync(self._file.fileno())
+
+  def close(self) -> None:
+    self._file.close()
+
+
+def _encode_into(folder: str, chunks: Iterator[Pairs], tokenizer: Tokenizer,
+                 cache_path: str) -> None:
+  """Encodes chunk by chunk straight into folder/<_CACHE_FILES>.npy.
+
+  Memory holds one chunk, not all of WMT's 10^8 to 10^9 ids (twice over while
+  concatenating them). Errors while writing name `cache_path`; errors while
+  reading the text stay the reader's.
+  """
+  writing = functools.partial(files.disk_write_errors, cache_path, 'the data cache')
+  dtype = _id_dtype(tokenizer)
+  writers, ends = [], [0, 0]
+  try:
+    with writing():
+      for name, kind in zip(_CACHE_FILES, (dtype, dtype, np.int64, np.int64)):
+        writers.append(_NpyWriter(os.path.join(folder, f'{name}.npy'), kind))
+      for offsets in writers[2:]:
+        offsets.append(np.zeros(1, np.int64))
+    for chunk in chunks:
+      encoded = [_encode_texts(texts, tokenizer, dtype) for texts in chunk]
+      with writing():
+        for side, (ids, lengths) in enumerate(encoded):
+          writers[side].append(ids)
+          writers[2 + side].append(ends[side] + np.cumsum(lengths))
+          ends[side] += int(lengths.sum())
+    with writing():
+      for writer in writers:
+        writer.finish()
+  finally:
+    for writer in writers:
+      writer.close()
+
+
+def load_or_encode(name: str, key: dict[str, Any], read: Callable[[], Iterator[Pairs]],
+                   tokenizer: Tokenizer, workdir: str) -> Encoded:
+  """Ids of split `name`, encoded once and kept in <workdir>/data_cache/.
+
+  `key` identifies the text (file paths, sizes and times; or the tfds name, version
+  and split); with the vocabulary's fingerprint it names the cache, so a change to
+  either re-encodes. `read` yields the text in chunks of pairs.
+  """
+  key = json.dumps({**key, 'vocab': tokenizer.fingerprint}, sort_keys=True)
+  digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+  path = os.path.join(workdir, 'data_cache', f'{name}-{digest}')
+  files.sweep_temp_dirs(os.path.dirname(path))
+  if os.path.isdir(path):
+    encoded = _load_cache(path)
+    if encoded is not None:
+      return encoded
+    _discard(path)
+  logging.info('Encoding the %s split into %s', name, path)
+  _save_atomically(path, key, functools.partial(
+      _encode_into, chunks=read(), tokenizer=tokenizer, cache_path=path))
+  encoded = _load_cache(path)
+  if encoded is None:
+    raise ValueError(f'{path}: the data cache just written reads back damaged')
+  return encoded
+
+
+def _load_cache(path: str) -> Encoded | None:
+  """The cache in `path`, memory-mapped; None, with a warning, if it is damaged.
+
+  Memory-mapped: hosts sharing a disk share the page cache, and WMT's ids need
+  not fit in RAM. Each file's size is checked against key.json (caches written
+  before sizes were recorded only get the structural checks).
+  """
+  try:
+    with open(os.path.join(path, 'key.json'), encoding='utf-8') as f:
+      sizes = json.load(f).get('file_bytes', {})
+  except (OSError, ValueError, AttributeError) as e:
+    logging.warning('%s: unreadable (%s); encoding the data again',
+                    os.path.join(path, 'key.json'), e)
+    return None
+  arrays = []
+  for name in _CACHE_FILES:
+    file = os.path.join(path, f'{name}.npy')
+    try:
+      if name + '.npy' in sizes and os.path.getsize(file) != sizes[name + '.npy']:
+        raise ValueError(f'{os.path.getsize(file)} bytes, {sizes[name + ".npy"]} written')
+      arrays.append(np.load(file, mmap_mode='r'))
+    except (OSError, ValueError, EOFError) as e:  # missing, truncated, not .npy
+      logging.warning('%s: damaged (%s); encoding the data again', file, e)
+      return None
+  encoded = Encoded(ids=(arrays[0], arrays[1]), offsets=(arrays[2], arrays[3]))
+  problem = _inconsistency(encoded)
+  if problem:
+    logging.warning('%s: damaged (%s); encoding the data again', path, problem)
+    return None
+  return encoded
+
+
+def _inconsistency(encoded: Encoded) -> str:
+  """What is wrong with the shapes of `encoded` ('' if nothing); O(1) reads."""
+  for side, (ids, offsets) in enumerate(zip(encoded.ids, encoded.offsets)):
+    name = ('source', 'target')[side]
+    if ids.ndim != 1 or offsets.ndim != 1 or not len(offsets):
+      return f'{name} ids or offsets are not a flat array'
+    if offsets[0] != 0 or offsets[-1] != len(ids):
+      return f'{name} offsets end at {offsets[-1]}, but there are {len(ids)} ids'
+  if len(encoded.offsets[0]) != len(encoded.offsets[1]):
+    return (f'{len(encoded.offsets[0]) - 1} source but '
+            f'{len(encoded.offsets[1]) - 1} target sentences')
+  return ''
+
+
+def _discard(path: str) -> None:
+  """Removes a damaged cache: renamed away first, so no reader sees half of it."""
+  with files.disk_write_errors(path, 'the data cache'):
+    doomed = files.make_temp_dir(os.path.dirname(path))
+    try:
+      os.rename(path, os.path.join(doomed, 'old'))
+    except FileNotFoundError:  # another host discarded it first
+      pass
+    finally:
+      shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _save_atomically(path: str, key: str, write: Callable[[str], None]) -> None:
+  """Fills a temporary folder with write(folder), then renames it to `path`.
+
+  So a crash leaves no half cache: the files reach the disk before the rename,
+  and the rename before we return. Any error or interrupt removes the temporary
+  folder (a killed run's is swept by the next, see `_load_or_encode`); a full
+  disk or a missing permission becomes one line naming `path`.
+  """
+  writing = functools.partial(files.disk_write_errors, path, 'the data cache')
+  tmp = None
+  try:
+    with writing():
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      tmp = files.make_temp_dir(os.path.dirname(path))
+    write(tmp)
+    with writing():
+      sizes = {f'{name}.npy': os.path.getsize(os.path.join(tmp, f'{name}.npy'))
+               for name in _CACHE_FILES}
+      with open(os.path.join(tmp, 'key.json'), 'w', encoding='utf-8') as f:
+        json.dump({'key': json.loads(key), 'file_bytes': sizes}, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+      files.fsync_path(tmp)
+      try:
+        os.rename(tmp, path)
+        tmp = None
+      except OSError:
+        if not os.path.isdir(path):
+          raise
+        # else another process (host) wrote the same cache first: keep theirs.
+      files.fsync_path(os.path.dirname(path))
+  finally:
+    if tmp:
+      shutil.rmtree(tmp, ignore_errors=True)
