@@ -61,7 +61,7 @@ def main() -> None:
     size = directory_bytes(os.path.join(workdir, 'checkpoints'))
     loader = checkpoints.Checkpointer(workdir, keep=2)
     t0 = time.perf_counter()
-    restored, _ = loader.restore_latest(state)
+    restored, _ = loader.restore(state)
     jax.block_until_ready(restored)
     restore = time.perf_counter() - t0
     loader.close()

@@ -77,4 +77,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.keep_checkpoints = 20  # enough to average the last 20 (big)
   config.average_last = 5  # §6.1: base averages the last 5 checkpoints
   config.average_allow_fewer = False  # True: average what exists (with a warning)
+  # Which checkpoint a mode reads. restore_step: 0 = the newest; N = checkpoints/N (train
+  # resumes from it and moves newer ones aside; average ends at it; decoding reads it).
+  config.restore_step = 0
+  config.restart = False  # True: train from step 0 although checkpoints/ holds steps (moved aside)
+  # Parameters for eval/translate/attention: 'auto' = averaged/ if it exists, else the
+  # latest checkpoint; 'averaged' or 'checkpoint' to choose.
+  config.decode_params = 'auto'
   return config

@@ -4,15 +4,21 @@ A workdir holds
   checkpoints/<step>/params       the model parameters
   checkpoints/<step>/train_state  step, Adam state and dropout RNG
   checkpoints/<step>/data         the input iterator's position (JSON)
+  checkpoints/corrupt-<step>/     a checkpoint that could not be read, moved aside
   averaged/<step>/params          the mean of the last K checkpoints' parameters
 orbax writes each checkpoint into a temporary directory and renames it when complete, so
 a crash mid-write never leaves a checkpoint that looks finished.
+
+Nothing here fails quietly: a checkpoint of another model shape is an error naming the
+parameter (never "unreadable, start over"), a save orbax declines is an error, and a
+checkpoint that stays unreadable after retries is moved aside, not deleted.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -20,8 +26,31 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
+from t2t_jax.model import ModelConfig
+
 CHECKPOINTS = 'checkpoints'
 AVERAGED = 'averaged'
+CORRUPT = 'corrupt-'  # checkpoints/corrupt-<step>: unreadable, moved aside
+# A read that fails is tried this often, waiting RETRY_SECONDS × attempt in between:
+# network file systems (NFS, GCS FUSE) have bad seconds that are not corruption.
+READ_ATTEMPTS = 3
+RETRY_SECONDS = 2.0
+
+Shapes = dict[str, tuple[int, ...]]
+
+
+class CheckpointMismatch(ValueError):
+  """A checkpoint holds parameters of another shape or structure than the model asked for."""
+
+  def __init__(self, where: str, differences: list[tuple[str, Any, Any]]):
+    self.where, self.differences = where, differences  # (name, in checkpoint, expected)
+    name, have, want = differences[0]
+    super().__init__(f'{where}: parameter {name} has shape {have} there but {want} under this '
+                     f'config ({len(differences)} parameter(s) differ)')
+
+
+class CheckpointNotSaved(RuntimeError):
+  """orbax declined a save (it never writes a step at or below its latest one)."""
 
 
 class Checkpointer:
@@ -31,8 +60,11 @@ class Checkpointer:
     self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINTS))
     self._every_steps, self._every_seconds = every_steps, every_minutes * 60
     self._last_save_time = time.monotonic()
+    # Handlers named up front, so that item_metadata can read shapes before any restore.
     self._manager = ocp.CheckpointManager(
-        self.directory, item_names=('params', 'train_state', 'data'),
+        self.directory, item_handlers={'params': ocp.StandardCheckpointHandler(),
+                                       'train_state': ocp.StandardCheckpointHandler(),
+                                       'data': ocp.JsonCheckpointHandler()},
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, cleanup_tmp_directories=True))
 
   def should_save(self, step: int) -> bool:
@@ -46,31 +78,83 @@ class Checkpointer:
     return due
 
   def save(self, state: Any, data_state: dict) -> None:
-    """Writes the state at its own step (asynchronously; `wait` or `close` to finish)."""
+    """Writes the state at its own step (asynchronously; `wait` or `close` to finish).
+
+    Raises CheckpointNotSaved if orbax declines, instead of logging a save that never was.
+    """
     step = int(state.step)
-    if step in self._manager.all_steps():
-      return
-    self._manager.save(step, args=ocp.args.Composite(
+    saved = self._manager.save(step, args=ocp.args.Composite(
         params=ocp.args.StandardSave(state.params),
         train_state=ocp.args.StandardSave({'step': state.step, 'opt_state': state.opt_state,
                                            'rng': state.rng}),
         data=ocp.args.JsonSave(data_state)))
+    if not saved:
+      raise CheckpointNotSaved(
+          f'orbax declined to save checkpoint {step} in {self.directory}, which already holds '
+          f'step {self._manager.latest_step()}: it never writes a step at or below its latest. '
+          'Nothing was overwritten; resume from the latest checkpoint, or pick one with '
+          '--config.restore_step.')
     self._last_save_time = time.monotonic()
     logging.info('Saving checkpoint %d to %s', step, self.directory)
 
-  def restore_latest(self, state: Any) -> tuple[Any, dict] | None:
-    """The newest readable checkpoint as (state like `state`, data state), or None.
+  def steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
 
-    A checkpoint that fails to restore (truncated, corrupt) is skipped with a warning and
-    the one before it is tried, so one bad write never ends a run.
+  def set_aside(self) -> list[str]:
+    """The checkpoints moved aside as unreadable (checkpoints/corrupt-*)."""
+    if not os.path.isdir(self.directory):
+      return []
+    return sorted(n for n in os.listdir(self.directory) if n.startswith(CORRUPT))
+
+  def restore(self, state: Any, *, step: int = 0) -> tuple[Any, dict] | None:
+    """Checkpoint `step` (0: the newest readable one) as (state like `state`, data state);
+    None when there is no checkpoint at all.
+
+    A checkpoint of another shape raises CheckpointMismatch: a model change is never taken
+    for corruption. A read that keeps failing (a torn or corrupt write) moves that
+    checkpoint to checkpoints/corrupt-<step>/ and tries the one before; with an explicit
+    `step` it is an error instead. If checkpoints were there but none could be read, that is
+    an error too: training from step 0 over them needs --config.restart=True.
     """
-    for step in sorted(self._manager.all_steps(), reverse=True):
+    steps = sorted(self._manager.all_steps(), reverse=True)
+    if step:
+      if step not in steps:
+        raise ValueError(f'config.restore_step={step}: {self.directory} has no checkpoint '
+                         f'{step} (it has {sorted(steps)})')
+      steps = [step]
+    for candidate in steps:
       try:
-        return self._restore(step, state)
-      except Exception as e:  # noqa: BLE001 — any failure to read means: use an older one
-        logging.warning('Checkpoint %d in %s is unreadable (%s: %s); trying the one before.',
-                        step, self.directory, type(e).__name__, str(e)[:300])
+        return self._read(candidate, state)
+      except CheckpointMismatch:
+        raise
+      except Exception as e:  # noqa: BLE001 — after retries, any failure to read is "unreadable"
+        if step:
+          raise ValueError(f'config.restore_step={step}: {self.directory}/{step} is unreadable '
+                           f'({type(e).__name__}: {str(e)[:300]})') from e
+        self._move_aside(candidate, e)
+    if self.set_aside():
+      raise ValueError(
+          f'No readable checkpoint in {self.directory}; unreadable ones were moved to '
+          f'{", ".join(self.set_aside())}. Starting again from step 0 would lose the run: find '
+          'out why they fail (a full disk? other code?), or set --config.restart=True to '
+          'start from step 0 anyway.')
     return None
+
+  def _read(self, step: int, state: Any) -> tuple[Any, dict]:
+    _check_shapes(self._manager.item_metadata, step, state, f'{CHECKPOINTS}/{step}')
+    return retry(lambda: self._restore(step, state), f'checkpoint {self.directory}/{step}')
+
+  def _move_aside(self, step: int, error: Exception) -> None:
+    target = os.path.join(self.directory, f'{CORRUPT}{step}')
+    if jax.process_index() == 0:
+      while os.path.exists(target):  # the same step was set aside before
+        target += '+'
+      os.rename(os.path.join(self.directory, str(step)), target)
+    _sync('t2t_jax_checkpoint_aside')
+    self._manager.reload()
+    logging.warning('Checkpoint %d in %s is unreadable (%s: %s); moved it to %s and trying the '
+                    'one before.', step, self.directory, type(error).__name__, str(error)[:300],
+                    target)
 
   def _restore(self, step: int, state: Any) -> tuple[Any, dict]:
     abstract = lambda tree: jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, tree)  # noqa: E731
@@ -90,6 +174,10 @@ class Checkpointer:
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
+  def reload(self) -> None:
+    """Re-reads the directory (after checkpoints were moved)."""
+    self._manager.reload()
+
   def wait(self) -> None:
     self._manager.wait_until_finished()
 
@@ -98,8 +186,97 @@ class Checkpointer:
     self._manager.close()
 
 
+def retry(read: Callable[[], Any], what: str) -> Any:
+  """`read()`, tried READ_ATTEMPTS times before its error is final."""
+  for attempt in range(1, READ_ATTEMPTS + 1):
+    try:
+      return read()
+    except CheckpointMismatch:
+      raise
+    except Exception as e:  # noqa: BLE001 — the last attempt re-raises it
+      if attempt == READ_ATTEMPTS:
+        raise
+      logging.warning('Reading %s failed (%s: %s); retrying in %.0f s.', what, type(e).__name__,
+                      str(e)[:200], RETRY_SECONDS * attempt)
+      time.sleep(RETRY_SECONDS * attempt)
+
+
+def _sync(name: str) -> None:
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(name)
+
+
+def shapes(tree: Any) -> Shapes:
+  """{'decoder/layer_0/ffn/w_1/kernel': (512, 2048), ...} of a tree of arrays or metadata."""
+  tree = getattr(tree, 'tree', tree)  # orbax wraps item metadata in a TreeMetadata
+  out = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    name = '/'.join(str(getattr(k, 'key', getattr(k, 'idx', getattr(k, 'name', k)))) for k in path)
+    out[name] = tuple(leaf.shape)
+  return out
+
+
+def shape_differences(have: Shapes, want: Shapes) -> list[tuple[str, Any, Any]]:
+  """(name, shape in the checkpoint or None, expected shape or None), sorted by name."""
+  return [(name, have.get(name), want.get(name)) for name in sorted(set(have) | set(want))
+          if have.get(name) != want.get(name)]
+
+
+def _check_shapes(metadata: Callable[[int], Any], step: int, state: Any, where: str) -> None:
+  """Compares a checkpoint's metadata with the state it is restored into, before reading."""
+  items = retry(lambda: metadata(step), f'the metadata of {where}')
+  if items['params'] is None or items['train_state'] is None:
+    raise OSError(f'{where}: no metadata for its params or train_state')  # unreadable
+  differences = shape_differences(shapes(items['params']), shapes(state.params))
+  if differences:
+    raise CheckpointMismatch(where, differences)
+  # Optimizer state paths depend on how optax's named tuples were stored: compare the
+  # multiset of shapes, which any change of optimizer or model alters.
+  stored = sorted(shapes(items['train_state']).values())
+  expected = sorted(shapes({'step': state.step, 'opt_state': state.opt_state,
+                            'rng': state.rng}).values())
+  if stored != expected:
+    raise CheckpointMismatch(where, [('train_state (optimizer state)', f'{len(stored)} arrays',
+                                      f'{len(expected)} arrays of other shapes')])
+
+
+def config_keys_behind(differences: list[tuple[str, Any, Any]], model: ModelConfig) -> list[str]:
+  """The config keys whose values explain the differing shapes (a best guess)."""
+  keys = set()
+  sizes = {'config.vocab_size': model.vocab_size, 'config.model.d_model': model.d_model,
+           'config.model.d_ff': model.d_ff, 'config.model.num_heads': model.num_heads,
+           'config.model.d_k': model.key_size, 'config.model.d_v': model.value_size,
+           'config.model.max_len': model.max_len}
+  for name, have, want in differences:
+    if have is None or want is None:
+      keys.add('config.model.positional' if 'positions' in name else 'config.model.num_layers')
+      continue
+    for i, (h, w) in enumerate(zip(have, want)):
+      if h != w:
+        keys.update(key for key, value in sizes.items() if value == w)
+  return sorted(keys)
+
+
+def mismatch_message(error: CheckpointMismatch, model: ModelConfig,
+                     recorded: dict[str, tuple[Any, Any]] | None) -> str:
+  """One paragraph: which parameter differs, and which config keys made it differ."""
+  shown = '; '.join(f'{name}: {have} there, {want} now' for name, have, want in
+                    error.differences[:3])
+  more = f' (and {len(error.differences) - 3} more)' if len(error.differences) > 3 else ''
+  model_changes = {k: v for k, v in (recorded or {}).items()
+                   if k.startswith('config.model.') or k == 'config.vocab_size'}
+  if model_changes:
+    why = 'the run was started with ' + ', '.join(
+        f'{k}={old!r} (now {new!r})' for k, (old, new) in model_changes.items())
+  else:
+    why = 'check ' + (', '.join(config_keys_behind(error.differences, model))
+                      or 'config.model.* and config.vocab_size')
+  return f'{error.where} holds another model than this config builds: {shown}{more}; {why}.'
+
+
 def checkpoint_steps(workdir: str, subdir: str = CHECKPOINTS) -> list[int]:
-  """The finished checkpoints' steps, oldest first."""
+  """The finished checkpoints' steps, oldest first (corrupt-* and temporaries are not)."""
   directory = os.path.join(workdir, subdir)
   if not os.path.isdir(directory):
     return []
@@ -121,47 +298,106 @@ def _restore_params(directory: str, step: int) -> Any:
     checkpointer.close()
 
 
-def load_params(workdir: str, *, prefer_averaged: bool = True) -> tuple[Any, str]:
-  """Parameters for decoding: the averaged model when there is one, else the latest
-  checkpoint. Returns (params, where they came from, e.g. 'averaged/1000')."""
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+  """Parameters read for decoding, and where from."""
+  params: Any
+  kind: str  # 'averaged' or 'checkpoint'
+  step: int
+
+  @property
+  def source(self) -> str:
+    """'averaged/1000' or 'checkpoints/1000': the folder under the workdir."""
+    return f'{AVERAGED if self.kind == "averaged" else CHECKPOINTS}/{self.step}'
+
+
+PARAMS_CHOICES = ('auto', 'averaged', 'checkpoint')
+
+
+def load_params(workdir: str, *, which: str = 'auto', step: int = 0) -> Loaded:
+  """Parameters for decoding (config.decode_params, config.restore_step).
+
+  which: 'auto' = the averaged model when there is one (at `step`, if given), else the
+  checkpoint; 'averaged' or 'checkpoint' to choose. step: 0 = the newest. Without a step,
+  an unreadable newest one is named in a warning and the one before it used; an explicit
+  step that cannot be read is an error.
+  """
+  if which not in PARAMS_CHOICES:
+    raise ValueError(f'config.decode_params={which!r}: choose one of {PARAMS_CHOICES}')
+  kinds = {'auto': ('averaged', 'checkpoint'), 'averaged': ('averaged',),
+           'checkpoint': ('checkpoint',)}[which]
+  for kind in kinds:
+    subdir = AVERAGED if kind == 'averaged' else CHECKPOINTS
+    steps = [s for s in checkpoint_steps(workdir, subdir) if not step or s == step]
+    if kind == 'averaged' and steps and not step:
+      _warn_if_stale(workdir, steps[-1])
+    for s in reversed(steps):
+      where = os.path.join(workdir, subdir, str(s))
+      try:
+        return Loaded(retry(lambda: _restore_params(os.path.join(workdir, subdir), s), where),
+                      kind, s)
+      except Exception as e:  # noqa: BLE001 — named, then the one before is tried
+        if step:
+          raise ValueError(f'config.restore_step={step}: {where} is unreadable '
+                           f'({type(e).__name__}: {str(e)[:300]})') from e
+        logging.warning('%s is unreadable (%s: %s); using the one before it.', where,
+                        type(e).__name__, str(e)[:300])
+  wanted = f'step {step} ' if step else ''
+  raise FileNotFoundError(
+      f'No readable {" or ".join(kinds)} {wanted}in {workdir} (config.decode_params={which!r}'
+      f'{f", config.restore_step={step}" if step else ""}): train first (--mode=train), or '
+      '--mode=average for averaged parameters')
+
+
+def _warn_if_stale(workdir: str, averaged_step: int) -> None:
   latest = checkpoint_steps(workdir)
-  for subdir in ((AVERAGED, CHECKPOINTS) if prefer_averaged else (CHECKPOINTS,)):
-    steps = checkpoint_steps(workdir, subdir)
-    if steps:
-      if subdir == AVERAGED and latest and latest[-1] > steps[-1]:
-        logging.warning('Using %s/%d although training has reached step %d: run '
-                        '--mode=average again to average the newest checkpoints.',
-                        AVERAGED, steps[-1], latest[-1])
-      directory = os.path.join(workdir, subdir)
-      return _restore_params(directory, steps[-1]), f'{subdir}/{steps[-1]}'
-  raise FileNotFoundError(f'No checkpoint in {os.path.join(workdir, CHECKPOINTS)}: train first '
-                          '(--mode=train)')
+  if latest and latest[-1] > averaged_step:
+    logging.warning('Using %s/%d although training has reached step %d: run --mode=average '
+                    'again to average the newest checkpoints, or set '
+                    '--config.decode_params=checkpoint.', AVERAGED, averaged_step, latest[-1])
 
 
-def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False) -> tuple[int, list[int]]:
+def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, step: int = 0,
+                        ) -> tuple[int, list[int]]:
   """Averages the parameters of the last `last` checkpoints into averaged/<step>/ (§6.1).
 
+  The last ones up to `step` (config.restore_step; 0 = the newest). An unreadable
+  checkpoint is named in a warning and skipped: the next older one takes its place.
   Accumulates in float32 one checkpoint at a time (memory: two copies of the params),
   then casts back to each parameter's dtype. Returns (step, the steps averaged).
   """
-  steps = checkpoint_steps(workdir)
-  if not steps:
-    raise FileNotFoundError(f'No checkpoint in {os.path.join(workdir, CHECKPOINTS)} to average')
-  if len(steps) < last:
-    message = (f'config.average_last={last} but {os.path.join(workdir, CHECKPOINTS)} holds only '
-               f'{len(steps)} checkpoint(s): {steps}')
-    if not allow_fewer:
-      raise ValueError(message + '; set --config.average_allow_fewer=True to average those')
-    logging.warning('%s; averaging those.', message)
-  chosen = steps[-last:]
   directory = os.path.join(workdir, CHECKPOINTS)
-  total = None
-  for step in chosen:
-    params = _restore_params(directory, step)
+  steps = checkpoint_steps(workdir)
+  if step:
+    if step not in steps:
+      raise ValueError(f'config.restore_step={step}: {directory} has no checkpoint {step} '
+                       f'(it has {steps})')
+    steps = [s for s in steps if s <= step]
+  if not steps:
+    raise FileNotFoundError(f'No checkpoint in {directory} to average')
+  chosen, total, dtypes = [], None, None
+  for s in reversed(steps):
+    if len(chosen) == last:
+      break
+    try:
+      params = retry(lambda: _restore_params(directory, s), f'{directory}/{s}')
+    except Exception as e:  # noqa: BLE001 — named and skipped
+      logging.warning('%s/%d is unreadable (%s: %s); averaging without it.', directory, s,
+                      type(e).__name__, str(e)[:300])
+      continue
+    chosen.insert(0, s)
     params32 = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), params)
     total = params32 if total is None else jax.tree_util.tree_map(np.add, total, params32)
     dtypes = jax.tree_util.tree_map(lambda x: np.asarray(x).dtype, params)
-  mean = jax.tree_util.tree_map(lambda s, d: (s / len(chosen)).astype(d), total, dtypes)
+  if not chosen:
+    raise ValueError(f'No readable checkpoint in {directory} to average (see the warnings)')
+  if len(chosen) < last:
+    message = (f'config.average_last={last} but {directory} holds only {len(chosen)} readable '
+               f'checkpoint(s){f" up to step {step}" if step else ""}: {chosen}')
+    if not allow_fewer:
+      raise ValueError(message + '; set --config.average_allow_fewer=True to average those')
+    logging.warning('%s; averaging those.', message)
+  mean = jax.tree_util.tree_map(lambda t, d: (t / len(chosen)).astype(d), total, dtypes)
   save_params(os.path.join(workdir, AVERAGED), chosen[-1], mean)
   logging.info('Averaged checkpoints %s into %s/%d', chosen, AVERAGED, chosen[-1])
   return chosen[-1], chosen

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 from typing import Any, Callable, Iterator, Sequence
 
@@ -20,7 +21,8 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh, PartitionSpec as P
 
-from t2t_jax import bleu, checkpoints, config_lib, data, decode, train
+from t2t_jax import bleu, checkpoints, config_lib, data, decode, files, train
+from t2t_jax import workdir as workdir_lib
 from t2t_jax.model import PAD_ID, ModelConfig, Transformer
 
 EVAL = 'eval'
@@ -106,22 +108,40 @@ def translate(decoder: Callable, params: Any, sentences: Sequence[str], tokenize
   outputs = translate_ids(decoder, params, inputs, config, mesh)
   translations = [''] * len(sentences)
   for i, ids in zip(nonempty, outputs):
-    translations[i] = tokenizer.decode(ids)
+    translations[i] = one_line(tokenizer.decode(ids))
   return translations
 
 
+# Every character str.splitlines() breaks at: \n \r \v \f FS GS RS NEL LS PS.
+_LINE_BREAKS = re.compile('[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]')
+
+
+def one_line(text: str) -> str:
+  """`text` with line breaks made spaces: output line i always belongs to input line i.
+
+  A hypothesis can contain one (byte-fallback pieces decode to any character), and a
+  reference file can too; written out, it would shift every later line.
+  """
+  return _LINE_BREAKS.sub(' ', text)
+
+
 class Translator:
-  """Everything decoding needs, loaded once: config, tokenizer, params, mesh, decoder."""
+  """Everything decoding needs, loaded once: config, tokenizer, params, mesh, decoder.
+
+  The parameters are config.decode_params ('auto': averaged/ if there, else checkpoints/)
+  at config.restore_step (0: the newest).
+  """
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     self.config = config
     self.model_config = config_lib.validate(config)
     self.mesh = train.make_mesh()
     self.tokenizer = data.load_tokenizer(config, workdir)
-    self.params, self.source = checkpoints.load_params(workdir)
-    _check_params_match(self.params, self.model_config, self.source)
-    self.params = jax.device_put(self.params, jax.sharding.NamedSharding(self.mesh, P()))
-    self.step = int(self.source.rsplit('/', 1)[1])
+    loaded = checkpoints.load_params(workdir, which=config.decode_params,
+                                     step=config.restore_step)
+    self.source, self.kind, self.step = loaded.source, loaded.kind, loaded.step
+    _check_params_match(loaded.params, config, self.model_config, self.source, workdir)
+    self.params = jax.device_put(loaded.params, jax.sharding.NamedSharding(self.mesh, P()))
     self.decoder = make_sharded_decoder(self.model_config, config, self.mesh)
     logging.info('Decoding with the parameters of %s (beam %d, alpha %.2f).', self.source,
                  config.beam_size, config.beam_alpha)
@@ -138,40 +158,54 @@ class Translator:
                      self.mesh, max_input_length=self.max_input_length)
 
 
-def _check_params_match(params: Any, model_config: ModelConfig, source: str) -> None:
+def _check_params_match(params: Any, config: ml_collections.ConfigDict,
+                        model_config: ModelConfig, source: str, workdir: str) -> None:
   """A checkpoint from another config fails here with the parameter named, not in XLA."""
   dummy = np.ones((1, 1), np.int32)
   expected = jax.eval_shape(lambda: Transformer(model_config).init(
       jax.random.PRNGKey(0), dummy, dummy)['params'])
-  want = {jax.tree_util.keystr(k): v.shape
-          for k, v in jax.tree_util.tree_flatten_with_path(expected)[0]}
-  have = {jax.tree_util.keystr(k): v.shape
-          for k, v in jax.tree_util.tree_flatten_with_path(params)[0]}
-  for name in sorted(set(want) | set(have)):
-    if want.get(name) != have.get(name):
-      raise ValueError(f'{source}: parameter {name} has shape {have.get(name)} but the config '
-                       f'asks for {want.get(name)}; decode with the config the run was '
-                       'trained with (config.model.*, config.vocab_size)')
+  differences = checkpoints.shape_differences(checkpoints.shapes(params),
+                                              checkpoints.shapes(expected))
+  if differences:
+    recorded = workdir_lib.load_config(workdir)
+    changes = (workdir_lib.config_differences(recorded, workdir_lib.config_dict(config))
+               if recorded is not None else None)
+    error = checkpoints.CheckpointMismatch(source, differences)
+    raise ValueError(f'{checkpoints.mismatch_message(error, model_config, changes)} Decode '
+                     'with the config the run was trained with.')
 
 
 def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: str,
                   output_path: str | None) -> None:
-  """--mode=translate: lines of `input_path` ('-' = stdin) to `output_path` (None = stdout)."""
-  if input_path == '-':
-    sentences = sys.stdin.read().splitlines()
-  else:
-    sentences = data.read_lines(input_path)
+  """--mode=translate: lines of `input_path` ('-' = stdin) to `output_path` (None = stdout).
+
+  Line i of the output is the translation of line i of the input: both are split on '\n'
+  alone, stdin exactly like a file (data.read_lines), and no translation holds a line break.
+  """
+  sentences = data.read_lines(input_path)
   translations = Translator(config, workdir)(sentences)
   text = ''.join(t + '\n' for t in translations)
-  if output_path is None:
-    sys.stdout.write(text)
+  if output_path is not None:
+    _write(output_path, text)
+  elif jax.process_index() == 0:
     sys.stdout.flush()
-  else:
-    _write_atomically(output_path, text)
+    sys.stdout.buffer.write(text.encode('utf-8'))  # UTF-8 whatever the locale's encoding
+    sys.stdout.buffer.flush()
+
+
+def eval_name(split: str, translator: Translator, config: ml_collections.ConfigDict) -> str:
+  """The folder of one evaluation under eval/: what was decoded, with what, and how.
+
+  E.g. 'test-averaged-1000-beam4-alpha0.6-extra50': dev and test, averaged and raw
+  parameters of the same step, and other decoding settings never overwrite each other.
+  """
+  return (f'{split}-{translator.kind}-{translator.step}-beam{config.beam_size}'
+          f'-alpha{config.beam_alpha:g}-extra{config.decode_extra_length}')
 
 
 def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-  """--mode=eval: translate the test set, write eval/<step>/{hypotheses,references,scores}."""
+  """--mode=eval: translate config.eval_split, write eval/<eval_name>/{hypotheses,
+  references,scores}; scores.json is written last, so its presence means complete."""
   translator = Translator(config, workdir)
   evalset = data.load_eval_set(config, workdir, config.eval_split,
                                tokenizer=translator.tokenizer)
@@ -179,23 +213,19 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   scores = bleu.bleu_scores(hypotheses, evalset.references, target_lang=config.target_lang)
   scores.update(split=config.eval_split, params=translator.source, step=translator.step,
                 sentences=len(hypotheses), beam_size=config.beam_size,
-                beam_alpha=config.beam_alpha)
-  out_dir = os.path.join(workdir, EVAL, str(translator.step))
+                beam_alpha=config.beam_alpha, decode_extra_length=config.decode_extra_length)
+  out_dir = os.path.join(workdir, EVAL, eval_name(config.eval_split, translator, config))
   os.makedirs(out_dir, exist_ok=True)
-  _write_atomically(os.path.join(out_dir, 'hypotheses.txt'), ''.join(h + '\n' for h in hypotheses))
-  _write_atomically(os.path.join(out_dir, 'references.txt'),
-                    ''.join(r + '\n' for r in evalset.references))
-  _write_atomically(os.path.join(out_dir, 'scores.json'), json.dumps(scores, indent=2) + '\n')
-  logging.info('%s BLEU of %s: sacreBLEU %.2f (%s), tokenized BLEU %.2f', config.eval_split,
-               translator.source, scores['sacrebleu'], scores['sacrebleu_signature'],
-               scores['tok_bleu'])
+  _write(os.path.join(out_dir, 'hypotheses.txt'), ''.join(h + '\n' for h in hypotheses))
+  _write(os.path.join(out_dir, 'references.txt'),
+         ''.join(one_line(r) + '\n' for r in evalset.references))
+  _write(os.path.join(out_dir, 'scores.json'), json.dumps(scores, indent=2) + '\n')
+  logging.info('%s BLEU of %s: sacreBLEU %.2f (%s), tokenized BLEU %.2f; written to %s',
+               config.eval_split, translator.source, scores['sacrebleu'],
+               scores['sacrebleu_signature'], scores['tok_bleu'], out_dir)
   return scores
 
 
-def _write_atomically(path: str, text: str) -> None:
-  if jax.process_index() != 0:
-    return
-  tmp = f'{path}.tmp-{os.getpid()}'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    f.write(text)
-  os.replace(tmp, path)
+def _write(path: str, text: str) -> None:
+  if jax.process_index() == 0:  # one copy, however many processes decoded
+    files.write_text(path, text)

@@ -45,29 +45,39 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.get_absl_handler().python_handler.addFilter(_QuietLibraries())
+  from t2t_jax import train, workdir  # after flag parsing: importing JAX is slow
   try:
     _dispatch()
-  except (ValueError, FileNotFoundError, FloatingPointError) as e:
+  except train.StoppedBySignal as e:
+    # Saved, but not finished: a non-zero status tells schedulers and loops to run it again.
+    print(f't2t_jax: {e}', file=sys.stderr)
+    sys.exit(e.exit_status)
+  except (ValueError, OSError, FloatingPointError, workdir.WorkdirBusy) as e:
     if FLAGS.traceback:
       raise
-    # Config and data mistakes get their message, not a traceback (--traceback shows it).
+    # Config, data and disk mistakes get their message, not a traceback (--traceback shows
+    # it); an OSError names its path (full disk, no permission).
     sys.exit(f't2t_jax: error: {e}')
 
 
 def _dispatch() -> None:
+  from t2t_jax import config_lib, model
+  model_config = config_lib.validate(FLAGS.config)  # every mode: a bad value fails before work
   if FLAGS.mode == 'params':
-    from t2t_jax import config_lib, model
-    print(f'params: {model.init_param_count(config_lib.validate(FLAGS.config))}')
+    print(f'params: {model.init_param_count(model_config)}')
     return
   if FLAGS.workdir is None:
     raise app.UsageError(f'--workdir is required for --mode={FLAGS.mode}')
+  from t2t_jax import workdir
+  workdir.check_local(FLAGS.workdir)
   if FLAGS.distributed:
     import jax
     jax.distributed.initialize()
   if FLAGS.mode == 'average':
     from t2t_jax import checkpoints
     step, steps = checkpoints.average_checkpoints(FLAGS.workdir, FLAGS.config.average_last,
-                                                  allow_fewer=FLAGS.config.average_allow_fewer)
+                                                  allow_fewer=FLAGS.config.average_allow_fewer,
+                                                  step=FLAGS.config.restore_step)
     print(f'averaged checkpoints {steps} into {FLAGS.workdir}/averaged/{step}')
     return
   if FLAGS.mode in ('translate', 'eval'):
@@ -93,5 +103,35 @@ def _dispatch() -> None:
   train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
 
 
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, except that a --config file, Table 3 row or --config.KEY that does
+  not exist is one line naming the nearest valid names, not a traceback (--traceback: it is)."""
+  try:
+    args = FLAGS(argv)
+    FLAGS.config.keys()  # ml_collections defers a missing file's error to the config's first use
+    return args
+  except (flags.Error, KeyError, AttributeError, OSError, SyntaxError) as error:
+    if _wants_traceback(argv):
+      raise
+    from t2t_jax import config_lib  # imports JAX: only on a mistake, so that parsing stays fast
+    line = config_lib.command_line_error(argv)
+    if line:
+      sys.exit(f't2t_jax: error: {line}')
+    if not isinstance(error, flags.Error):
+      raise
+    # Other flag mistakes (a bad value, no --config) as absl's own parser reports them.
+    sys.stderr.write(f'FATAL Flags parsing error: {error}\n'
+                     'Pass --helpshort or --helpfull to see help on flags.\n')
+    sys.exit(1)
+
+
+def _wants_traceback(argv: list[str]) -> bool:
+  """--traceback, parsed on its own: the failed parse may have stopped before reaching it."""
+  alone = flags.FlagValues()
+  flags.DEFINE_bool('traceback', False, '', flag_values=alone)
+  alone(argv, known_only=True)
+  return alone.traceback
+
+
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)

@@ -28,6 +28,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t2t_jax import checkpoints, config_lib, losses, optim
+from t2t_jax import workdir as workdir_lib
 from t2t_jax.model import ModelConfig, Transformer
 
 AXIS = 'data'  # the mesh axis the batch is split over
@@ -201,23 +202,45 @@ class Throughput:
 
 
 class TrainingDiverged(FloatingPointError):
-  """The loss became NaN or infinite; the latest checkpoint is still the last good one."""
+  """The loss or gradient became NaN or infinite; the latest checkpoint is the last good one."""
+
+
+class StoppedBySignal(Exception):
+  """SIGTERM or SIGINT stopped training after a checkpoint was saved.
+
+  Not a success: the command line exits with `exit_status` (128 + signal, as a shell reports
+  a process killed by that signal), so schedulers, `until` loops and make see an unfinished
+  run.
+  """
+
+  def __init__(self, signum: int, step: int):
+    self.signum, self.step, self.exit_status = signum, step, 128 + signum
+    super().__init__(f'stopped by {signal.Signals(signum).name} at step {step}, after saving '
+                     f'checkpoint {step}; run the same command to resume')
 
 
 def _check_finite(pending: list[Metrics], step: int, checkpointer: checkpoints.Checkpointer,
                   ) -> None:
-  losses_seen = np.asarray(jax.device_get([m['loss'] for m in pending]))
-  if not np.all(np.isfinite(losses_seen)):
-    bad = step - len(pending) + 1 + int(np.argmin(np.isfinite(losses_seen)))
-    raise TrainingDiverged(
-        f'The training loss became non-finite at step {bad}. Nothing after it was saved: '
-        f'the latest checkpoint (step {checkpointer.latest_step()}) is the last good one. '
-        'Lower the learning rate (config.learning_rate_scale), lengthen config.warmup_steps '
-        'or use float32 (config.model.dtype) before resuming.')
+  """Before anything is logged or saved: every pending step's loss and gradient norm are
+  finite. A step can have a finite loss and a non-finite gradient (overflow in bf16/fp16);
+  its update has already made the parameters NaN, so the gradient norm is checked too."""
+  seen = np.asarray(jax.device_get([(m['loss'], m['grad_norm']) for m in pending]),
+                    np.float64).reshape(-1, 2)
+  finite = np.isfinite(seen)
+  if finite.all():
+    return
+  first = int(np.argmin(finite.all(axis=1)))
+  bad = step - len(pending) + 1 + first
+  what = 'loss' if not finite[first, 0] else 'gradient (its norm; the loss was finite)'
+  raise TrainingDiverged(
+      f'The training {what} became non-finite at step {bad}. Nothing after it was saved: '
+      f'the latest checkpoint (step {checkpointer.latest_step()}) is the last good one. '
+      'Lower the learning rate (config.learning_rate_scale), lengthen config.warmup_steps '
+      'or use float32 (config.model.dtype) before resuming.')
 
 
 def _log_train(writer: MetricWriter, throughput: Throughput, step: int,
-               pending: list[Metrics], lr_fn: Callable[[int], Any]) -> None:
+               pending: list[Metrics], lr_fn: Callable[[int], Any]) -> dict[str, float]:
   """Sums the steps since the last log (one device sync), then writes and prints them."""
   totals = jax.tree_util.tree_map(lambda *x: float(np.sum(x)), *jax.device_get(pending))
   metrics = summarize(totals)
@@ -255,9 +278,22 @@ def _is_due(step: int, every: int, last: int) -> bool:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
+  """Trains in `workdir`, which one trainer at a time may hold (see workdir.training_lock).
+
+  Raises StoppedBySignal after saving, when SIGTERM or SIGINT stopped the run.
+  """
+  model_config = config_lib.validate(config)
+  workdir_lib.check_local(workdir)
+  with workdir_lib.training_lock(workdir):
+    return _train(config, model_config, workdir)
+
+
+def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir: str,
+           ) -> TrainState:
   """Set up, restore, loop {step, log, evaluate, checkpoint}, finish."""
   from t2t_jax import data  # the pipeline imports TensorFlow lazily; keep `params` mode light
-  model_config = config_lib.validate(config)
+  if config.restart:
+    workdir_lib.move_aside(workdir, list(workdir_lib.RUN_OUTPUTS), 'config.restart=True')
   mesh = make_mesh()
   datasets = data.get_datasets(config, workdir, num_devices=mesh.size,
                                process_index=jax.process_index(),
@@ -267,7 +303,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
   checkpointer = checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints,
                                           every_steps=config.checkpoint_every_steps,
                                           every_minutes=config.checkpoint_every_minutes)
-  state = _restore(checkpointer, state, datasets.train)
+  state = _restore(config, model_config, workdir, checkpointer, state, datasets.train)
   train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh)
   writer, lr_fn = MetricWriter(workdir), optim.learning_rate_schedule(config)
   step, last = int(state.step), config.num_train_steps
@@ -299,6 +335,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
   checkpointer.close()
   writer.close()
   _log_summary(summary, step, config.num_train_steps, checkpointer, stop.requested)
+  if stop.requested is not None:
+    raise StoppedBySignal(stop.requested, step)
   return state
 
 
@@ -307,14 +345,40 @@ def _deadline(minutes: float) -> float:
   return time.monotonic() + 60 * minutes if minutes > 0 else math.inf
 
 
-def _restore(checkpointer: checkpoints.Checkpointer, state: TrainState, train_iter: Any,
+def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir: str,
+             checkpointer: checkpoints.Checkpointer, state: TrainState, train_iter: Any,
              ) -> TrainState:
-  restored = checkpointer.restore_latest(state)
+  """The newest checkpoint (or config.restore_step's), else the fresh state of a new run.
+
+  Never a silent fresh start: a checkpoint of another model is an error naming the
+  parameter and the config keys behind it, and unreadable ones are an error unless an
+  older one can be read (Checkpointer.restore).
+  """
+  resuming = bool(checkpointer.steps() or checkpointer.set_aside())
+  differences = workdir_lib.compare_config(workdir, config) if resuming else {}
+  try:
+    restored = checkpointer.restore(state, step=config.restore_step)
+  except checkpoints.CheckpointMismatch as e:
+    raise ValueError(
+        f'{checkpoints.mismatch_message(e, model_config, differences)} Train with the config '
+        'the run was started with, use another --workdir, or set --config.restart=True to '
+        'train this one from step 0 (its checkpoints are moved aside).') from None
+  if restored is None or workdir_lib.load_config(workdir) is None:
+    workdir_lib.save_config(workdir, config)
   if restored is None:
     return state
   state, data_state = restored
   train_iter.set_state(data_state)
-  logging.info('Resuming at step %d.', int(state.step))
+  step = int(state.step)
+  newer = [s for s in checkpointer.steps() if s > step]
+  averaged_newer = [s for s in checkpoints.checkpoint_steps(workdir, checkpoints.AVERAGED)
+                    if s > step]
+  if newer or averaged_newer:  # orbax would refuse to save below them; keep them elsewhere
+    workdir_lib.move_aside(workdir, [f'{checkpoints.CHECKPOINTS}/{s}' for s in newer] +
+                           [f'{checkpoints.AVERAGED}/{s}' for s in averaged_newer],
+                           f'config.restore_step={step}')
+    checkpointer.reload()
+  logging.info('Resuming at step %d.', step)
   return state
 
 

@@ -35,14 +35,8 @@ def tiny_config(**overrides):
 
 def latest_state_arrays(workdir):
   """Params and Adam state of the latest checkpoint, as host numpy trees."""
-  config = tiny_config()
-  mesh = train.make_mesh(jax.devices()[:1])
-  from t2t_jax import config_lib, optim
-  from t2t_jax.model import Transformer
-  tx = optim.make_optimizer(config)
-  template = train.create_train_state(Transformer(config_lib.validate(config)), tx, 0, mesh)
   checkpointer = checkpoints.Checkpointer(workdir, keep=50)
-  state, data_state = checkpointer.restore_latest(template)
+  state, data_state = checkpointer.restore(_template(tiny_config()))
   checkpointer.close()
   return jax.device_get((state.params, state.opt_state, state.step)), data_state
 
@@ -139,24 +133,155 @@ def test_sigterm_saves_a_checkpoint_before_exiting(tmp_path):
     time.sleep(0.05)
   proc.send_signal(signal.SIGTERM)
   _, err = proc.communicate(timeout=300)
-  assert proc.returncode == 0, err[-3000:]
+  # Saved but not finished: 128 + SIGTERM, as a shell reports a process the signal ended,
+  # so that schedulers, `until` loops and make run it again.
+  assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
   steps = checkpoints.checkpoint_steps(str(tmp_path))
   assert len(steps) == 1 and steps[0] >= 3
   (_, _, step), data_state = latest_state_arrays(str(tmp_path))
   assert int(step) == steps[0] and data_state == {'batch_number': steps[0]}
-  assert 'stopped by SIGTERM' in err
+  assert err.strip().splitlines()[-1] == (
+      f't2t_jax: stopped by SIGTERM at step {steps[0]}, after saving checkpoint {steps[0]}; '
+      'run the same command to resume')
 
 
-def test_corrupt_latest_checkpoint_falls_back(tmp_path, caplog):
-  train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
-  assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8]
-  for root, _, files in os.walk(tmp_path / 'checkpoints' / '8' / 'params'):
+def tear(workdir, step):
+  """Truncates every file of checkpoint `step`'s params: a torn or corrupt write."""
+  for root, _, files in os.walk(os.path.join(workdir, 'checkpoints', str(step), 'params')):
     for name in files:
       with open(os.path.join(root, name), 'r+b') as f:
-        f.truncate(3)  # a torn write
+        f.truncate(3)
+
+
+@pytest.fixture
+def no_retry_wait(monkeypatch):
+  monkeypatch.setattr(checkpoints, 'RETRY_SECONDS', 0.0)
+
+
+def test_corrupt_latest_checkpoint_is_moved_aside_and_its_step_saved_again(
+    tmp_path, caplog, no_retry_wait):
+  train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8]
+  tear(str(tmp_path), 8)
   (_, _, step), data_state = latest_state_arrays(str(tmp_path))
   assert int(step) == 4 and data_state == {'batch_number': 4}
   assert 'Checkpoint 8' in caplog.text and 'unreadable' in caplog.text
+  assert caplog.text.count('retrying') == checkpoints.READ_ATTEMPTS - 1
+  # Moved aside, not deleted, so that training can write step 8 again.
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', 'corrupt-8']
+  train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8]
+  assert (tmp_path / 'checkpoints' / 'corrupt-8').is_dir()
+
+
+def test_transient_read_error_is_retried_not_taken_for_corruption(
+    tmp_path, monkeypatch, no_retry_wait):
+  train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  failures = []
+  original = checkpoints.Checkpointer._restore
+
+  def flaky(self, step, state):
+    if not failures:
+      failures.append(step)
+      raise OSError('Stale file handle')  # an NFS hiccup
+    return original(self, step, state)
+  monkeypatch.setattr(checkpoints.Checkpointer, '_restore', flaky)
+  (_, _, step), _ = latest_state_arrays(str(tmp_path))
+  assert failures == [8] and int(step) == 8
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', '8']
+
+
+def test_no_readable_checkpoint_is_an_error_until_restart(tmp_path, no_retry_wait):
+  """Every checkpoint unreadable: not a silent start from step 0, which orbax would then
+  not even save (it declines steps at or below its latest)."""
+  train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  tear(str(tmp_path), 4)
+  tear(str(tmp_path), 8)
+  for _ in range(2):  # and again after they were moved aside
+    with pytest.raises(ValueError, match='No readable checkpoint.*config.restart=True'):
+      train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['corrupt-4', 'corrupt-8']
+  train.train_and_evaluate(tiny_config(num_train_steps=8, restart=True), str(tmp_path))
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8]
+  previous = [n for n in os.listdir(tmp_path) if n.startswith('previous-')]
+  assert len(previous) == 1
+  moved = set(os.listdir(tmp_path / previous[0]))
+  assert {'checkpoints', 'metrics.jsonl', 'config.json'} <= moved
+  assert sorted(os.listdir(tmp_path / previous[0] / 'checkpoints')) == ['corrupt-4', 'corrupt-8']
+
+
+@pytest.mark.parametrize('name,value,parameter', [
+    ('num_layers', 2, 'layer_1/'),  # e.g. table3.py:C_N8 run in a base workdir
+    ('d_ff', 128, 'ffn/w_1/kernel'),
+])
+@pytest.mark.parametrize('recorded', [True, False])
+def test_another_model_shape_is_an_error_naming_parameter_and_key(
+    tmp_path, name, value, parameter, recorded):
+  train.train_and_evaluate(tiny_config(num_train_steps=4), str(tmp_path))
+  if not recorded:  # a workdir from before config.json: the key is inferred from shapes
+    os.remove(tmp_path / 'config.json')
+  config = tiny_config(num_train_steps=8)
+  config.model[name] = value
+  key = f'config.model.{name}'
+  with pytest.raises(ValueError) as info:
+    train.train_and_evaluate(config, str(tmp_path))
+  message = str(info.value)
+  assert 'checkpoints/4 holds another model' in message and parameter in message
+  assert key in message and 'config.restart=True' in message
+  if recorded:
+    assert f'the run was started with {key}=' in message
+  assert os.listdir(tmp_path / 'checkpoints') == ['4']  # nothing moved, nothing lost
+
+
+def test_declined_save_is_an_error(tmp_path):
+  train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  checkpointer = checkpoints.Checkpointer(str(tmp_path), keep=5)
+  state, data_state = checkpointer.restore(
+      _template(tiny_config()), step=4)  # step 4 while 8 exists
+  with pytest.raises(checkpoints.CheckpointNotSaved, match='declined to save checkpoint 5 .* holds step 8'):
+    checkpointer.save(state.replace(step=state.step + 1), data_state)
+  checkpointer.close()
+
+
+def test_resume_from_an_older_checkpoint_moves_newer_ones_aside(tmp_path, straight_run):
+  train.train_and_evaluate(tiny_config(), str(tmp_path))
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8, 12]
+  train.train_and_evaluate(tiny_config(restore_step=4), str(tmp_path))
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8, 12]
+  previous = [n for n in os.listdir(tmp_path) if n.startswith('previous-')]
+  assert sorted(os.listdir(tmp_path / previous[0] / 'checkpoints')) == ['12', '8']
+  assert_trees_equal(latest_state_arrays(str(tmp_path)), straight_run)  # exact from step 4
+  with pytest.raises(ValueError, match='restore_step=5: .* has no checkpoint 5'):
+    train.train_and_evaluate(tiny_config(restore_step=5), str(tmp_path))
+
+
+def test_resume_logs_how_the_config_changed(tmp_path, caplog):
+  train.train_and_evaluate(tiny_config(num_train_steps=4), str(tmp_path))
+  recorded = json.load(open(tmp_path / 'config.json'))
+  assert recorded['num_train_steps'] == 4 and recorded['model']['d_model'] == 32
+  train.train_and_evaluate(tiny_config(num_train_steps=8, log_every_steps=2), str(tmp_path))
+  assert 'config.log_every_steps: 4 -> 2; config.num_train_steps: 4 -> 8' in caplog.text
+  assert json.load(open(tmp_path / 'config.json')) == recorded  # the run's first config
+
+
+def _template(config):
+  from t2t_jax import config_lib, optim
+  from t2t_jax.model import Transformer
+  mesh = train.make_mesh(jax.devices()[:1])
+  return train.create_train_state(Transformer(config_lib.validate(config)),
+                                  optim.make_optimizer(config), 0, mesh)
+
+
+def test_unreadable_checkpoints_are_named_and_skipped_by_average_and_decoding(
+    tmp_path, caplog, no_retry_wait):
+  workdir = str(tmp_path)
+  train.train_and_evaluate(tiny_config(), workdir)
+  tear(workdir, 12)
+  assert checkpoints.average_checkpoints(workdir, 2) == (8, [4, 8])
+  assert 'checkpoints/12 is unreadable' in caplog.text
+  assert checkpoints.load_params(workdir, which='checkpoint').source == 'checkpoints/8'
+  with pytest.raises(ValueError, match='restore_step=12: .*checkpoints/12 is unreadable'):
+    checkpoints.load_params(workdir, which='checkpoint', step=12)
 
 
 def test_averaging_is_the_arithmetic_mean(tmp_path):
@@ -168,15 +293,16 @@ def test_averaging_is_the_arithmetic_mean(tmp_path):
            for s in steps]
   step, averaged_steps = checkpoints.average_checkpoints(workdir, 3)
   assert (step, averaged_steps) == (12, [4, 8, 12])
-  averaged, source = checkpoints.load_params(workdir)
-  assert source == 'averaged/12'
+  loaded = checkpoints.load_params(workdir)
+  averaged = loaded.params
+  assert loaded.source == 'averaged/12' and (loaded.kind, loaded.step) == ('averaged', 12)
   expected = jax.tree_util.tree_map(lambda *xs: np.mean(np.stack(xs).astype(np.float64), 0),
                                     *trees)
   jax.tree_util.tree_map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7),
                          averaged, expected)
   # Averaging one checkpoint is the identity.
   checkpoints.average_checkpoints(workdir, 1)
-  assert_trees_equal(checkpoints.load_params(workdir)[0], trees[-1])
+  assert_trees_equal(checkpoints.load_params(workdir).params, trees[-1])
 
 
 def test_averaging_fewer_checkpoints_than_asked(tmp_path):
@@ -199,6 +325,24 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   if steps:
     (params, _, _), _ = latest_state_arrays(str(tmp_path))
     assert all(np.all(np.isfinite(x)) for x in jax.tree_util.tree_leaves(params))
+
+
+def test_finite_loss_with_non_finite_gradient_is_never_saved(tmp_path, monkeypatch):
+  """bf16/fp16 overflow: the loss of a step is finite, its gradient is not, and its update
+  has already made the parameters NaN. The guard must look at the gradient norm too."""
+  import jax.numpy as jnp
+  original = train._loss_sums
+
+  def nan_gradient(params, *args, **kwargs):
+    loss, sums = original(params, *args, **kwargs)
+    leaf = jax.tree_util.tree_leaves(params)[0]
+    # Value 0 · sqrt(0) = 0, gradient 0 · inf = NaN.
+    return loss + 0.0 * jnp.sqrt(jnp.sum(leaf) * 0.0), sums
+  monkeypatch.setattr(train, '_loss_sums', nan_gradient)
+  config = tiny_config(num_train_steps=8, log_every_steps=100, checkpoint_every_steps=1)
+  with pytest.raises(train.TrainingDiverged, match='gradient .*non-finite at step 1'):
+    train.train_and_evaluate(config, str(tmp_path))
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == []
 
 
 @pytest.mark.parametrize('override,message', [

@@ -1,7 +1,10 @@
 """Configs carry the paper's numbers (Table 3) and the model has the closed-form size."""
+import dataclasses
+import re
+
 import pytest
 
-from experiments import table3, wmt_ende_base, wmt_ende_big, wmt_enfr_big
+from experiments import demo, table3, wmt_ende_base, wmt_ende_big, wmt_enfr_big, wmt_sample
 from t2t_jax import config_lib, model
 
 # Table 3, written out independently of experiments/: N, d_model, d_ff, h, d_k, d_v, P_drop, ε_ls.
@@ -80,3 +83,96 @@ def test_unknown_model_key_is_named():
   config.model.n_layers = 3
   with pytest.raises(ValueError, match=r'config\.model\.n_layers'):
     config_lib.validate(config)
+
+
+# One bad value (or more) for every key of RULES, each to be named by validate. Values that
+# ml_collections refuses to store (1.5 in an int field, 'yes' in a bool one) cannot reach
+# validate; None and True (for an int) can.
+BAD_VALUES = [
+    ('dataset', 'wmt'), ('dataset', ''), ('tfds_name', ''), ('tfds_data_dir', None),
+    ('tfds_manual_dir', None), ('source_lang', ''), ('target_lang', ' '), ('train_split', ''),
+    ('dev_split', None), ('test_split', None), ('train_files', None), ('dev_files', None),
+    ('test_files', None), ('demo_num_train', 0), ('demo_num_eval', -1), ('demo_seed', -1),
+    ('vocab_size', 0), ('vocab_sample_sentences', 0), ('vocab_sample_sentences', -5),
+    ('max_length', 0), ('tokens_per_batch', -1), ('eval_tokens_per_batch', 0),
+    ('bucket_growth', 0.9), ('bucket_band', -1), ('model', None), ('model.num_layers', 0),
+    ('model.d_model', -512), ('model.d_ff', 0), ('model.num_heads', 0), ('model.d_k', 0),
+    ('model.d_v', -64), ('model.dropout_rate', 1.0), ('model.positional', 'absolute'),
+    ('model.max_len', 0), ('model.dtype', 'float64'), ('label_smoothing', 1.5),
+    ('label_smoothing', -0.1),
+    ('num_train_steps', 0), ('num_train_steps', True), ('train_minutes', -1.0),
+    ('warmup_steps', 0), ('adam_beta1', 1.0), ('adam_beta2', -0.1), ('adam_eps', 0.0),
+    ('learning_rate_scale', -1.0), ('seed', -1), ('seed', 2**63), ('seed', None),
+    ('log_every_steps', 0), ('eval_every_steps', -100), ('beam_size', 0), ('beam_alpha', -0.6),
+    ('decode_extra_length', -1), ('decode_tokens_per_batch', 0), ('max_decode_input_length', 0),
+    ('eval_split', 'valid'), ('eval_bleu_every_steps', -1), ('checkpoint_every_minutes', -10.0),
+    ('checkpoint_every_steps', -1), ('keep_checkpoints', 0), ('average_last', 0),
+    ('average_allow_fewer', None), ('restore_step', -1), ('restart', None),
+    ('decode_params', 'latest'), ('decode_params', ''),
+]
+
+
+def set_key(config, key, value):
+  *parents, leaf = key.split('.')
+  for parent in parents:
+    config = config[parent]
+  config[leaf] = value
+
+
+@pytest.mark.parametrize('key,value', BAD_VALUES, ids=[f'{k}={v!r}' for k, v in BAD_VALUES])
+def test_every_bad_value_is_named(key, value):
+  config = demo.get_config()  # demo has every key of base and the demo_* ones
+  set_key(config, key, value)
+  # config.<key>: what is allowed, then what was given.
+  expected = re.escape(f'config.{key}: must be ') + '.+' + re.escape(f', got {value!r}') + '$'
+  with pytest.raises(ValueError, match=expected):
+    config_lib.validate(config)
+
+
+def test_every_key_has_a_rule_and_a_bad_value():
+  """A key added to the configs without a rule (or a test of it) fails here."""
+  for config in (wmt_ende_base.get_config(), demo.get_config()):
+    assert set(config.keys()) <= set(config_lib.RULES)
+    assert set(config.model.keys()) <= {f.name for f in dataclasses.fields(model.ModelConfig)}
+  assert set(config_lib.RULES) == set(demo.get_config().keys())  # no rule for a gone key
+  assert {key.split('.')[0] for key, _ in BAD_VALUES} == set(config_lib.RULES)
+  assert {f'model.{k}' for k in demo.get_config().model.keys()} <= {k for k, _ in BAD_VALUES}
+
+
+@pytest.mark.parametrize('changes,message', [
+    ({'source_lang': 'de', 'target_lang': 'de'}, r'config\.target_lang: must differ'),
+    ({'keep_checkpoints': 4, 'average_last': 5}, r'config\.average_last: must be ≤ '
+                                                  r'config\.keep_checkpoints \(4\)'),
+    ({'model.positional': 'learned', 'model.max_len': 255},
+     r'config\.model\.max_len: must be ≥ config\.max_length \(256\)'),
+    ({'model.positional': 'learned', 'decode_extra_length': 512},
+     r'config\.decode_extra_length: must be < config\.model\.max_len \(512\)'),
+])
+def test_rules_across_keys(changes, message):
+  config = wmt_ende_base.get_config()
+  for key, value in changes.items():
+    set_key(config, key, value)
+  with pytest.raises(ValueError, match=message):
+    config_lib.validate(config)
+
+
+def test_learned_positions_at_the_limits_are_fine():
+  config = table3.get_config('E_learned')
+  config.decode_extra_length = config.model.max_len - 1  # one input position left
+  config.max_length = config.model.max_len
+  config.average_last = config.keep_checkpoints
+  assert config_lib.validate(config).positional == 'learned'
+
+
+def test_a_missing_key_is_named():
+  config = wmt_ende_base.get_config()
+  del config['restore_step']
+  with pytest.raises(ValueError, match=r'^config\.restore_step: missing'):
+    config_lib.validate(config)
+
+
+@pytest.mark.parametrize('get_config', [
+    wmt_ende_base.get_config, wmt_ende_big.get_config, wmt_enfr_big.get_config, demo.get_config,
+    wmt_sample.get_config, *[lambda row=row: table3.get_config(row) for row in sorted(TABLE3)]])
+def test_every_experiment_validates(get_config):
+  assert isinstance(config_lib.validate(get_config()), model.ModelConfig)

@@ -60,16 +60,18 @@ def test_translation_keeps_input_order_and_handles_awkward_lines(workdir, caplog
   assert len(out) == 1 and 'decoding its first 4' in caplog.text
 
 
+_c = tiny_config()
+COMMON = ['--config=experiments/demo.py', '--config.dataset=synthetic',
+          '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
+          f'--config.vocab_size={_c.vocab_size}', f'--config.max_length={_c.max_length}',
+          f'--config.tokens_per_batch={_c.tokens_per_batch}',
+          f'--config.decode_tokens_per_batch={_c.decode_tokens_per_batch}',
+          f'--config.decode_extra_length={_c.decode_extra_length}']
+
+
 def run_main(*args, stdin=None):
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
-  c = tiny_config()
-  common = ['--config=experiments/demo.py', '--config.dataset=synthetic',
-            '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
-            f'--config.vocab_size={c.vocab_size}', f'--config.max_length={c.max_length}',
-            f'--config.tokens_per_batch={c.tokens_per_batch}',
-            f'--config.decode_tokens_per_batch={c.decode_tokens_per_batch}',
-            f'--config.decode_extra_length={c.decode_extra_length}']
-  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *common, *args], cwd=ROOT,
+  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *COMMON, *args], cwd=ROOT,
                         env=env, input=stdin, capture_output=True, text=True, timeout=600)
 
 
@@ -81,7 +83,7 @@ def test_translate_and_eval_modes(workdir, tmp_path):
   assert len(lines) == 4 and lines[1] == '' and lines[3] == ''  # 3 lines, in order
   result = run_main(f'--workdir={workdir}', '--mode=eval')
   assert result.returncode == 0, result.stderr[-3000:]
-  out_dir = os.path.join(workdir, 'eval', '6')
+  out_dir = os.path.join(workdir, 'eval', 'test-checkpoint-6-beam4-alpha0.6-extra5')
   hyps = open(os.path.join(out_dir, 'hypotheses.txt')).read().splitlines()
   refs = open(os.path.join(out_dir, 'references.txt')).read().splitlines()
   scores = json.load(open(os.path.join(out_dir, 'scores.json')))
@@ -137,3 +139,52 @@ def test_dev_bleu_during_training_matches_eval_mode(tmp_path):
   assert scores['params'] == 'checkpoints/6'
   assert [r['dev_bleu'] for r in records if 'dev_bleu' in r][-1] == pytest.approx(
       scores['sacrebleu'])
+
+
+def test_stdin_is_split_on_newlines_only_like_a_file(workdir, tmp_path):
+  """U+2028, NEL, form feed and a lone CR are characters inside a line, not line ends:
+  4 lines in, 4 lines out, the same as from a file of the same bytes."""
+  raw = '5\u20286\n7\x0c8\n9\r10\n\x85\n'.encode('utf-8')
+  (tmp_path / 'in.txt').write_bytes(raw)
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  args = [sys.executable, '-m', 't2t_jax.main', *COMMON, f'--workdir={workdir}',
+          '--mode=translate']
+  from_stdin = subprocess.run([*args, '--input=-'], cwd=ROOT, env=env, input=raw,
+                              capture_output=True, timeout=600)
+  assert from_stdin.returncode == 0, from_stdin.stderr[-3000:]
+  from_file = subprocess.run([*args, f'--input={tmp_path / "in.txt"}'], cwd=ROOT, env=env,
+                             capture_output=True, timeout=600)
+  assert from_stdin.stdout == from_file.stdout
+  assert from_stdin.stdout.count(b'\n') == 4 and from_stdin.stdout.endswith(b'\n\n')
+  bad = subprocess.run([*args, '--input=-'], cwd=ROOT, env=env, input=b'5 6\n7 \xff\n',
+                       capture_output=True, timeout=600)
+  assert bad.returncode != 0 and bad.stdout == b''
+  assert bad.stderr.decode().strip().splitlines()[-1].startswith(
+      't2t_jax: error: <stdin>, line 2: invalid UTF-8')
+
+
+def test_a_hypothesis_never_holds_a_line_break(workdir, monkeypatch):
+  translator = evaluate.Translator(tiny_config(), workdir)
+  # Byte-fallback pieces can decode to any character, line breaks included.
+  monkeypatch.setattr(translator.tokenizer, 'decode', lambda ids: 'a\nb\rc\u2028d\x85e')
+  assert translator(['5 6', '', '7']) == ['a b c d e', '', 'a b c d e']
+
+
+def test_evaluations_of_other_splits_params_or_settings_do_not_overwrite(workdir):
+  from t2t_jax import checkpoints
+  checkpoints.average_checkpoints(workdir, 2)
+  runs = [('dev', 'averaged', 0, 4), ('test', 'averaged', 0, 4), ('test', 'checkpoint', 0, 4),
+          ('test', 'checkpoint', 3, 4), ('test', 'checkpoint', 0, 1)]
+  for split, which, step, beam in runs:
+    config = tiny_config()
+    config.eval_split, config.decode_params, config.restore_step = split, which, step
+    config.beam_size = beam
+    scores = evaluate.run_eval(config, workdir)
+    expected = f'{"averaged" if which == "averaged" else "checkpoints"}/{step or 6}'
+    assert (scores['split'], scores['params'], scores['beam_size']) == (split, expected, beam)
+  names = {f'{split}-{which}-{step or 6}-beam{beam}-alpha0.6-extra5'
+           for split, which, step, beam in runs}
+  assert names <= set(os.listdir(os.path.join(workdir, 'eval')))
+  for name in names:
+    scores = json.load(open(os.path.join(workdir, 'eval', name, 'scores.json')))
+    assert name.startswith(f'{scores["split"]}-') and f'-beam{scores["beam_size"]}-' in name

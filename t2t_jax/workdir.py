@@ -1,0 +1,181 @@
+"""The workdir as a place: local paths only, one trainer at a time, the run's recorded config,
+and moving old results aside instead of deleting them.
+
+Plumbing, not paper: nothing here knows about the Transformer.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
+import os
+import re
+import socket
+from typing import Any, Iterator
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+
+from t2t_jax import files
+
+LOCK = 'train.lock'
+CONFIG = 'config.json'
+# What a training run writes, as opposed to its reusable inputs (vocab/, data_cache/,
+# demo_corpus/): config.restart=True moves these aside.
+RUN_OUTPUTS = ('checkpoints', 'averaged', 'eval', 'attention', 'metrics.jsonl', 'tensorboard',
+               CONFIG)
+_SCHEME = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*://')
+
+
+class WorkdirBusy(RuntimeError):
+  """Another training run holds the workdir's lock."""
+
+
+def check_local(workdir: str) -> None:
+  """Refuses `scheme://` workdirs (gs://, s3://, ...), which the code cannot write.
+
+  SentencePiece, the memory-mapped data cache, metrics.jsonl, TensorBoard and the lock all
+  use the local file API, so a remote URL would fail (or, worse, create a local folder
+  named 'gs:') only after the first hours of work.
+  """
+  if _SCHEME.match(workdir):
+    raise ValueError(
+        f'--workdir={workdir}: URLs are not supported as workdirs (the vocabulary, data cache, '
+        'metrics and lock are written with the local file API). Use a local path, or a '
+        'shared POSIX file system (NFS, Lustre, Filestore) mounted on every host.')
+
+
+@contextlib.contextmanager
+def training_lock(workdir: str) -> Iterator[None]:
+  """Holds an exclusive lock on DIR/train.lock for the life of a training run.
+
+  A second trainer on the same workdir is refused. The lock is an flock, which the kernel
+  drops when its process dies, so the restart of a crashed or killed run takes it at once.
+  In a multi-process run only process 0 locks (the others are the same run) and every
+  process learns its answer, so all of them stop together.
+  """
+  handle, error = None, ''
+  if jax.process_index() == 0:
+    try:
+      handle = _lock(os.path.join(workdir, LOCK))
+    except WorkdirBusy as e:
+      error = str(e)
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # only multi-process runs need it
+    if not multihost_utils.broadcast_one_to_all(np.array(not error)):
+      error = error or f'{workdir}: process 0 could not lock {LOCK}; see its log'
+  if error:
+    raise WorkdirBusy(error)
+  try:
+    yield
+  finally:
+    if handle is not None:
+      handle.close()  # closing the file releases the flock
+
+
+def _lock(path: str) -> Any:
+  os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+  handle = open(path, 'a+', encoding='utf-8')
+  try:
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    handle.seek(0)
+    holder = handle.read().strip() or 'unknown process'
+    handle.close()
+    raise WorkdirBusy(
+        f'{os.path.dirname(path)} is in use by another training run ({holder}); stop it, or '
+        'use another --workdir. (A crashed run holds no lock: its restart takes over.)'
+        ) from None
+  except OSError as e:
+    if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+      raise
+    logging.warning('%s: this file system has no locks (%s); make sure no other training '
+                    'run uses this workdir.', path, e.strerror)
+    return handle
+  handle.truncate(0)
+  started = datetime.datetime.now().isoformat(timespec='seconds')
+  handle.write(f'pid {os.getpid()} on {socket.gethostname()}, since {started}\n')
+  handle.flush()
+  return handle
+
+
+def config_dict(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The config as plain JSON values (what config.json holds)."""
+  return json.loads(config.to_json_best_effort(sort_keys=True))
+
+
+def load_config(workdir: str) -> dict[str, Any] | None:
+  """The config recorded by the run's first training invocation, or None."""
+  path = os.path.join(workdir, CONFIG)
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding='utf-8') as f:
+    return json.load(f)
+
+
+def config_differences(recorded: dict[str, Any], current: dict[str, Any],
+                       prefix: str = 'config.') -> dict[str, tuple[Any, Any]]:
+  """{'config.model.num_layers': (recorded, current), ...} for every key that differs."""
+  differences = {}
+  for key in sorted(set(recorded) | set(current)):
+    old, new = recorded.get(key), current.get(key)
+    if isinstance(old, dict) and isinstance(new, dict):
+      differences.update(config_differences(old, new, f'{prefix}{key}.'))
+    elif old != new:
+      differences[f'{prefix}{key}'] = (old, new)
+  return differences
+
+
+def compare_config(workdir: str, config: ml_collections.ConfigDict,
+                   ) -> dict[str, tuple[Any, Any]]:
+  """For a run that resumes: logs how `config` differs from the recorded one, returns that."""
+  recorded = load_config(workdir)
+  if recorded is None:
+    return {}
+  differences = config_differences(recorded, config_dict(config))
+  if differences:
+    logging.warning('The config differs from the one this run started with (%s): %s',
+                    os.path.join(workdir, CONFIG), '; '.join(
+                        f'{k}: {old!r} -> {new!r}' for k, (old, new) in differences.items()))
+  return differences
+
+
+def save_config(workdir: str, config: ml_collections.ConfigDict) -> None:
+  """Records the config of a run that starts (or of one that predates config.json)."""
+  if jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    files.write_text(os.path.join(workdir, CONFIG), json.dumps(config_dict(config), indent=2) + '\n')
+
+
+def move_aside(workdir: str, names: list[str], why: str) -> str | None:
+  """Moves DIR/<name> for each existing name into DIR/previous-<time>/; returns that folder.
+
+  Nothing is deleted: a restart or an older restore_step keeps what it replaces.
+  """
+  present = [n for n in names if os.path.exists(os.path.join(workdir, n))]
+  if not present:
+    return None
+  stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
+  target = os.path.join(workdir, f'previous-{stamp}')
+  if jax.process_index() == 0:
+    suffix = 1
+    while os.path.exists(target):  # two moves within a second
+      suffix += 1
+      target = os.path.join(workdir, f'previous-{stamp}-{suffix}')
+    for name in present:
+      os.makedirs(os.path.dirname(os.path.join(target, name)), exist_ok=True)
+      os.rename(os.path.join(workdir, name), os.path.join(target, name))
+    logging.warning('%s: moved %s to %s', why, ', '.join(present), target)
+  sync('t2t_jax_move_aside')
+  return target
+
+
+def sync(name: str) -> None:
+  """Waits until every process gets here (a no-op in a single-process run)."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # only multi-process runs need it
+    multihost_utils.sync_global_devices(name)

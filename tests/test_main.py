@@ -1,0 +1,98 @@
+"""The command line as a new user meets it: a mistake is one line naming what is wrong and
+what would be right, not a traceback, and nothing is done before it is found."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments import table3
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_main(*args):
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=120)
+
+
+def one_error_line(result):
+  """The one line of stderr (asserting that there is just one and no traceback)."""
+  assert result.returncode != 0, result.stderr
+  assert 'Traceback' not in result.stderr, result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  return lines[0]
+
+
+def test_misspelt_key_names_the_nearest_key(tmp_path):
+  line = one_error_line(run_main('--config=experiments/demo.py', f'--workdir={tmp_path}',
+                                 '--config.modle.d_model=3'))
+  assert line == 't2t_jax: error: config.modle: no such key; did you mean config.model?'
+  assert not os.listdir(tmp_path)
+
+
+def test_misspelt_nested_key_names_the_nearest_key_at_its_level(tmp_path):
+  line = one_error_line(run_main('--config=experiments/demo.py', f'--workdir={tmp_path}',
+                                 '--config.model.d_modle=3'))
+  assert line == ('t2t_jax: error: config.model.d_modle: no such key; '
+                  'did you mean config.model.d_model?')
+
+
+def test_missing_config_file_lists_the_experiments(tmp_path):
+  line = one_error_line(run_main('--config=experiments/nope.py', f'--workdir={tmp_path}'))
+  assert line.startswith('t2t_jax: error: --config=experiments/nope.py: no such file;')
+  for name in ('demo', 'table3', 'wmt_ende_base', 'wmt_ende_big', 'wmt_enfr_big'):
+    assert f'experiments/{name}.py' in line
+  assert not os.listdir(tmp_path)
+
+
+def test_misspelt_config_file_names_the_nearest_one():
+  line = one_error_line(run_main('--config=experiments/tabel3.py:B_dk16', '--mode=params'))
+  assert line.endswith('no such file; did you mean experiments/table3.py:B_dk16?')
+
+
+def test_unknown_table3_row_lists_every_row(tmp_path):
+  line = one_error_line(run_main('--config=experiments/table3.py:Z_bad',
+                                 f'--workdir={tmp_path}'))
+  assert line.startswith("t2t_jax: error: experiments/table3.py: unknown row 'Z_bad'")
+  for row in [*table3.ROWS, 'big']:
+    assert f"'{row}'" in line
+
+
+@pytest.mark.parametrize('args,named', [
+    (['--config.num_train_steps=abc'], '--config.num_train_steps=abc'),  # a bad type
+    (['--mode=bogus'], '--mode=bogus'),
+    (['--config.warmup_steps=0'], 'config.warmup_steps: must be a positive integer, got 0'),
+])
+def test_other_mistakes_stay_short(tmp_path, args, named):
+  result = run_main('--config=experiments/demo.py', f'--workdir={tmp_path}', *args)
+  assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr
+  assert named in result.stderr and len(result.stderr.strip().splitlines()) <= 2
+  assert not os.listdir(tmp_path)
+
+
+def test_missing_config_flag_stays_short():
+  result = run_main('--mode=params')
+  assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr
+  assert 'Flag --config must have a value' in result.stderr
+
+
+@pytest.mark.parametrize('override,named', [
+    ('--config.average_last=30', 'config.average_last: must be ≤ config.keep_checkpoints (20)'),
+    ('--config.eval_split=valid', "config.eval_split: must be one of ('dev', 'test')"),
+])
+def test_average_validates_before_work(tmp_path, override, named):
+  """Not even the empty-workdir check comes first: the config is read before anything."""
+  line = one_error_line(run_main('--config=experiments/demo.py', f'--workdir={tmp_path}',
+                                 '--mode=average', override))
+  assert line.startswith(f't2t_jax: error: {named}')
+  assert not os.listdir(tmp_path)
+
+
+def test_traceback_flag_still_shows_the_traceback(tmp_path):
+  result = run_main('--config=experiments/demo.py', f'--workdir={tmp_path}',
+                    '--config.modle.d_model=3', '--traceback')
+  assert result.returncode != 0
+  assert 'Traceback' in result.stderr and 'modle' in result.stderr

@@ -1,0 +1,106 @@
+"""The workdir: one trainer at a time (a lock a crashed run gives up), no URLs, the recorded
+config, atomic writes, moving aside instead of deleting."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from experiments import demo
+from t2t_jax import files, workdir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ['--config=experiments/demo.py', '--config.dataset=synthetic',
+        '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
+        '--config.vocab_size=40', '--config.max_length=12', '--config.tokens_per_batch=192',
+        '--config.num_train_steps=2']
+
+HOLD_LOCK = '''
+import sys, time
+from t2t_jax import files, workdir
+with workdir.training_lock(sys.argv[1]):
+  print('locked', flush=True)
+  time.sleep(600)
+'''
+
+
+def run_main(*args):
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=600)
+
+
+def test_a_second_lock_on_the_same_workdir_is_refused(tmp_path):
+  with workdir.training_lock(str(tmp_path)):
+    with pytest.raises(workdir.WorkdirBusy, match=f'in use by another training run \\(pid '
+                                                  f'{os.getpid()} on '):
+      with workdir.training_lock(str(tmp_path)):
+        pass
+  with workdir.training_lock(str(tmp_path)):  # released: free again
+    pass
+
+
+def test_a_second_trainer_is_refused_and_a_killed_ones_lock_is_taken_over(tmp_path):
+  holder = subprocess.Popen([sys.executable, '-c', HOLD_LOCK, str(tmp_path)], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == 'locked'
+    result = run_main(*TINY, f'--workdir={tmp_path}')
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f't2t_jax: error: {tmp_path} is in use by another training run '
+                           f'(pid {holder.pid} on ')
+    assert not (tmp_path / 'checkpoints').exists()  # refused before any work
+  finally:
+    holder.send_signal(signal.SIGKILL)  # a crash: the kernel drops its lock
+    holder.wait()
+  result = run_main(*TINY, f'--workdir={tmp_path}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert (tmp_path / 'checkpoints' / '2').is_dir()
+
+
+@pytest.mark.parametrize('mode', ['train', 'eval'])
+def test_url_workdirs_are_refused_in_one_line(tmp_path, mode):
+  result = run_main(*TINY, '--workdir=gs://bucket/run', f'--mode={mode}')
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines()[-1].startswith(
+      't2t_jax: error: --workdir=gs://bucket/run: URLs are not supported as workdirs')
+  assert not os.path.exists(os.path.join(ROOT, 'gs:'))
+
+
+def test_write_text_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
+  path = str(tmp_path / 'scores.json')
+  files.write_text(path, 'old\n')
+  def failing_replace(src, dst):
+    raise OSError(28, 'No space left on device', src)
+  monkeypatch.setattr(os, 'replace', failing_replace)
+  with pytest.raises(OSError, match='No space left'):
+    files.write_text(path, 'new\n')
+  assert open(path).read() == 'old\n'
+  assert os.listdir(tmp_path) == ['scores.json']  # no temporary left behind
+
+
+def test_config_record_and_differences(tmp_path, caplog):
+  config = demo.get_config()
+  workdir.save_config(str(tmp_path), config)
+  recorded = json.load(open(tmp_path / 'config.json'))
+  assert recorded['model']['d_model'] == 128 and recorded['model']['d_k'] is None
+  assert workdir.compare_config(str(tmp_path), config) == {}
+  config.model.num_layers = 6
+  config.seed = 3
+  assert workdir.compare_config(str(tmp_path), config) == {
+      'config.model.num_layers': (3, 6), 'config.seed': (0, 3)}
+  assert 'config.model.num_layers: 3 -> 6; config.seed: 0 -> 3' in caplog.text
+
+
+def test_move_aside_keeps_everything(tmp_path):
+  (tmp_path / 'checkpoints' / '8').mkdir(parents=True)
+  (tmp_path / 'metrics.jsonl').write_text('{"step": 8}\n')
+  first = workdir.move_aside(str(tmp_path), ['checkpoints/8', 'metrics.jsonl', 'eval'], 'test')
+  second = workdir.move_aside(str(tmp_path), ['metrics.jsonl'], 'test')  # nothing left to move
+  assert second is None
+  assert os.path.isdir(os.path.join(first, 'checkpoints', '8'))
+  assert open(os.path.join(first, 'metrics.jsonl')).read() == '{"step": 8}\n'
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == []
