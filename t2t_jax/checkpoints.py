@@ -261,8 +261,9 @@ def config_keys_behind(differences: list[tuple[str, Any, Any]], model: ModelConf
 def mismatch_message(error: CheckpointMismatch, model: ModelConfig,
                      recorded: dict[str, tuple[Any, Any]] | None) -> str:
   """One paragraph: which parameter differs, and which config keys made it differ."""
-  shown = '; '.join(f'{name}: {have} there, {want} now' for name, have, want in
-                    error.differences[:3])
+  absent = lambda shape: 'absent' if shape is None else shape  # noqa: E731
+  shown = '; '.join(f'{name}: {absent(have)} there, {absent(want)} now'
+                    for name, have, want in error.differences[:3])
   more = f' (and {len(error.differences) - 3} more)' if len(error.differences) > 3 else ''
   model_changes = {k: v for k, v in (recorded or {}).items()
                    if k.startswith('config.model.') or k == 'config.vocab_size'}
