@@ -43,3 +43,4 @@ bench: setup
 	$(PY) benchmarks/checkpoint.py
 	$(PY) benchmarks/data_memory.py encode
 	$(PY) benchmarks/data_memory.py iterator
+	$(PY) benchmarks/compilation.py

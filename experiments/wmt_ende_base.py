@@ -47,7 +47,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.dropout_rate = 0.1  # P_drop, §5.4
   config.model.positional = 'sinusoidal'  # §3.5; 'learned' is Table 3 row (E)
   config.model.max_len = 512  # longest position a learned embedding covers
-  config.model.dtype = 'float32'  # compute dtype; 'bfloat16' on TPU/GPU
+  # Compute dtype: 'auto' = bfloat16 on GPU/TPU, float32 on CPU (config_lib.compute_dtype);
+  # parameters, Adam moments, softmax, layer-norm statistics and the loss stay float32.
+  config.model.dtype = 'auto'
 
   # ----- Training (§5.2–§5.4) -----
   config.label_smoothing = 0.1  # ε_ls, §5.4
@@ -77,6 +79,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.keep_checkpoints = 20  # enough to average the last 20 (big)
   config.average_last = 5  # §6.1: base averages the last 5 checkpoints
   config.average_allow_fewer = False  # True: average what exists (with a warning)
+  # Compiled steps kept on disk for later runs, restarts, eval and translate ('' = off).
+  config.compilation_cache_dir = '~/.cache/t2t_jax/xla'
   # Which checkpoint a mode reads. restore_step: 0 = the newest; N = checkpoints/N (train
   # resumes from it and moves newer ones aside; average ends at it; decoding reads it).
   config.restore_step = 0

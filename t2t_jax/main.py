@@ -68,8 +68,9 @@ def _dispatch() -> None:
     return
   if FLAGS.workdir is None:
     raise app.UsageError(f'--workdir is required for --mode={FLAGS.mode}')
-  from t2t_jax import workdir
+  from t2t_jax import workdir, xla
   workdir.check_local(FLAGS.workdir)
+  xla.enable_compilation_cache(FLAGS.config.compilation_cache_dir)
   if FLAGS.distributed:
     import jax
     jax.distributed.initialize()

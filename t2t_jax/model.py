@@ -86,7 +86,7 @@ def _check_model_config(c: ModelConfig) -> None:
   if c.positional not in POSITIONAL:
     fail('positional', f'must be one of {POSITIONAL}, got {c.positional!r}')
   if c.dtype not in ('float32', 'bfloat16', 'float16'):
-    fail('dtype', f"must be 'float32', 'bfloat16' or 'float16', got {c.dtype!r}")
+    fail('dtype', f"must be 'auto', 'float32', 'bfloat16' or 'float16', got {c.dtype!r}")
 
 
 def sinusoidal_positions(positions: Array, d_model: int) -> Array:

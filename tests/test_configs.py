@@ -108,7 +108,7 @@ BAD_VALUES = [
     ('eval_split', 'valid'), ('eval_bleu_every_steps', -1), ('checkpoint_every_minutes', -10.0),
     ('checkpoint_every_steps', -1), ('keep_checkpoints', 0), ('average_last', 0),
     ('average_allow_fewer', None), ('restore_step', -1), ('restart', None),
-    ('decode_params', 'latest'), ('decode_params', ''),
+    ('decode_params', 'latest'), ('decode_params', ''), ('compilation_cache_dir', None),
 ]
 
 

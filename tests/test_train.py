@@ -167,3 +167,55 @@ def test_time_budget_ends_the_run_like_its_last_step(tmp_path):
   assert [r['step'] for r in records if 'dev_loss' in r] == [1]
   from t2t_jax import checkpoints
   assert checkpoints.Checkpointer(str(tmp_path), keep=5).latest_step() == 1
+
+
+def test_auto_dtype_and_bfloat16_keeps_float32_state():
+  """dtype 'auto': float32 on the CPU (these tests), bfloat16 on GPU/TPU. In bfloat16 the
+  parameters and Adam moments stay float32, and the loss is float32's within bf16's
+  precision (8 bits of mantissa)."""
+  assert demo.get_config().model.dtype == 'auto'
+  config = tiny_config()
+  assert config_lib.validate(config).dtype == 'float32'
+  assert config_lib.compute_dtype('gpu') == config_lib.compute_dtype('tpu') == 'bfloat16'
+  assert config_lib.compute_dtype('cpu') == 'float32'
+  batches = [synthetic.make_batch(16, config.vocab_size, config.max_length, 0, i)
+             for i in range(2)]
+  _, metrics_32 = run_steps(config, jax.devices()[:1], batches)
+  config.model.dtype = 'bfloat16'
+  mesh = train.make_mesh(jax.devices()[:1])
+  model_config = config_lib.validate(config)
+  tx = optim.make_optimizer(config)
+  state = train.create_train_state(Transformer(model_config), tx, config.seed, mesh)
+  train_fn, _ = train.compile_steps(model_config, tx, config.label_smoothing, mesh)
+  for batch in batches:
+    state, metrics_16 = train_fn(state, train.shard_batch(batch, mesh))
+  floats = [x for x in jax.tree_util.tree_leaves((state.params, state.opt_state))
+            if jax.numpy.issubdtype(x.dtype, jax.numpy.floating)]
+  assert floats and all(x.dtype == np.float32 for x in floats)
+  assert metrics_16['loss'].dtype == np.float32
+  np.testing.assert_allclose(metrics_16['loss'], metrics_32['loss'], rtol=2e-2)
+
+
+def test_compilation_cache_serves_a_second_run(tmp_path):
+  """The first run writes its compiled steps to config.compilation_cache_dir; a second one
+  (a restart, or another run of the same shapes) loads them all and compiles nothing new."""
+  cache = tmp_path / 'xla'
+  tiny = ['--config=experiments/demo.py', '--config.dataset=synthetic',
+          '--config.num_train_steps=2', '--config.model.num_layers=1',
+          '--config.model.d_model=32', '--config.model.d_ff=64', '--config.vocab_size=40',
+          '--config.max_length=12', '--config.tokens_per_batch=192']
+  # Every compilation counts here, however quick: the tiny model compiles in under 1 s.
+  env = {'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0', 'JAX_LOG_COMPILES': '1'}
+  first = run_main(*tiny, f'--workdir={tmp_path / "a"}',
+                   f'--config.compilation_cache_dir={cache}', env_extra=env)
+  assert first.returncode == 0, first.stderr[-3000:]
+  entries = set(os.listdir(cache))
+  assert entries
+  second = run_main(*tiny, f'--workdir={tmp_path / "b"}',
+                    f'--config.compilation_cache_dir={cache}', env_extra=env)
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert set(os.listdir(cache)) == entries  # nothing new to compile
+  assert second.stderr.count('Persistent compilation cache hit') >= 2  # train and eval step
+  off = run_main(*tiny, f'--workdir={tmp_path / "c"}', '--config.compilation_cache_dir=',
+                 env_extra=env)
+  assert off.returncode == 0 and 'Persistent compilation cache hit' not in off.stderr

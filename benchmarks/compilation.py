@@ -1,0 +1,129 @@
+"""Compilations of a run: distinct batch shapes, seconds to compile each, and the cache.
+
+  python benchmarks/compilation.py [--config=base|big|demo] [--shapes=3] [--band=2] [--growth=1.1]
+
+(--shapes=0: the shape statistics alone.)
+
+The §5.1 length buckets make every distinct (rows, source length, target length) of the
+training batches, and every (rows, length) of the dev batches, a compilation of the train or
+eval step. On the real 10k-pair WMT sample (../shared/data/wmt_ende_sample, an 8000-piece
+vocabulary; newstest2013 as dev set), with --band/--growth as config.bucket_band and
+config.bucket_growth, this prints JSON lines:
+  shapes       distinct train shapes in one epoch, dev shapes, padding efficiency
+  compile      seconds to compile the train step for the first --shapes shapes, in a fresh
+               process with an empty compilation cache (cold) and in another that finds
+               them in it (warm); and the whole epoch's shapes extrapolated from the mean
+Runs on any backend (the GPU/TPU figures are what the cache is for); the model is
+--config's, in its 'auto' dtype.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import numpy as np  # noqa: E402
+
+from experiments import demo, wmt_ende_base, wmt_ende_big  # noqa: E402
+from t2t_jax import data  # noqa: E402
+
+SAMPLE = os.path.join(REPO, '..', 'shared', 'data', 'wmt_ende_sample')
+CONFIGS = {'base': wmt_ende_base, 'big': wmt_ende_big, 'demo': demo}
+
+
+def make_config(args: argparse.Namespace):
+  config = CONFIGS[args.config].get_config()
+  config.dataset = 'files'
+  config.train_files = os.path.normpath(os.path.join(SAMPLE, 'train'))
+  config.dev_files = os.path.normpath(os.path.join(SAMPLE, 'newstest2013'))
+  config.test_files = ''
+  config.vocab_size = 8000  # a 10k-pair sample cannot support 37000 pieces
+  config.bucket_band, config.bucket_growth = args.band, args.growth
+  config.tokens_per_batch = 25000  # §5.1, whatever the config (demo: 2048)
+  return config
+
+
+def epoch_shapes(config, workdir: str) -> tuple[list[tuple[int, ...]], dict]:
+  """The distinct train batch shapes of epoch 0, first-seen order, and shape statistics."""
+  datasets = data.get_datasets(config, workdir, num_devices=1)
+  plan = datasets.train.plan(0)
+  shapes = list(dict.fromkeys(tuple(int(x) for x in s) for s in plan.shapes))
+  real = slots = 0
+  for _ in range(plan.num_batches):
+    batch = next(datasets.train)
+    real += np.count_nonzero(batch['inputs']) + np.count_nonzero(batch['targets'])
+    slots += batch['inputs'].size + batch['targets'].size
+  dev_shapes = {b['inputs'].shape for b in datasets.dev.batches()}
+  return shapes, {'train_shapes': len(shapes), 'dev_shapes': len(dev_shapes),
+                  'batches_per_epoch': plan.num_batches, 'padding_efficiency': real / slots}
+
+
+def compile_child(config_name: str, shapes: list[list[int]], cache: str) -> dict:
+  """In a fresh process: compile the train step for each shape; seconds each."""
+  import jax  # noqa: E402 (after the parent chose the platform)
+  from t2t_jax import config_lib, optim, train, xla  # noqa: E402
+  from t2t_jax.model import Transformer  # noqa: E402
+  xla.enable_compilation_cache(cache)
+  config = CONFIGS[config_name].get_config()
+  config.vocab_size = 8000
+  model_config = config_lib.validate(config)
+  mesh = train.make_mesh(jax.devices()[:1])
+  tx = optim.make_optimizer(config)
+  state = jax.eval_shape(lambda: train.create_train_state(Transformer(model_config), tx, 0,
+                                                          mesh))
+  train_fn, _ = train.compile_steps(model_config, tx, config.label_smoothing, mesh)
+  seconds = []
+  for rows, src, tgt in shapes:
+    batch = {'inputs': jax.ShapeDtypeStruct((rows, src), np.int32),
+             'targets': jax.ShapeDtypeStruct((rows, tgt), np.int32)}
+    start = time.perf_counter()
+    train_fn.lower(state, batch).compile()
+    seconds.append(time.perf_counter() - start)
+  return {'seconds': seconds, 'backend': jax.default_backend(), 'dtype': model_config.dtype}
+
+
+def run_child(config_name: str, shapes: list, cache: str) -> dict:
+  env = dict(os.environ, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0')
+  out = subprocess.run([sys.executable, __file__, '--child', json.dumps(
+      [config_name, shapes, cache])], env=env, capture_output=True, text=True, check=True)
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--config', default='base', choices=sorted(CONFIGS))
+  parser.add_argument('--shapes', type=int, default=3)
+  parser.add_argument('--band', type=int, default=2)
+  parser.add_argument('--growth', type=float, default=1.1)
+  parser.add_argument('--child', default=None, help='(internal)')
+  args = parser.parse_args()
+  if args.child:
+    print(json.dumps(compile_child(*json.loads(args.child))))
+    return
+  config = make_config(args)
+  with tempfile.TemporaryDirectory() as tmp:
+    shapes, stats = epoch_shapes(config, os.path.join(tmp, 'workdir'))
+    print(json.dumps({'benchmark': 'compilation', 'what': 'shapes', 'config': args.config,
+                      'bucket_band': args.band, 'bucket_growth': args.growth,
+                      **{k: round(v, 4) for k, v in stats.items()}}), flush=True)
+    chosen = shapes[:args.shapes]
+    for kind in ('cold', 'warm') if chosen else ():  # warm: the same shapes from the cache the cold run wrote
+      result = run_child(args.config, chosen, os.path.join(tmp, 'cache'))
+      mean = float(np.mean(result['seconds']))
+      print(json.dumps({'benchmark': 'compilation', 'what': 'compile', 'cache': kind,
+                        'config': args.config, 'backend': result['backend'],
+                        'dtype': result['dtype'], 'shapes': chosen,
+                        'seconds': [round(s, 2) for s in result['seconds']],
+                        'epoch_estimate_seconds': round(mean * stats['train_shapes'], 1)}),
+            flush=True)
+
+
+if __name__ == '__main__':
+  main()
