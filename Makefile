@@ -44,3 +44,4 @@ bench: setup
 	$(PY) benchmarks/data_memory.py encode
 	$(PY) benchmarks/data_memory.py iterator
 	$(PY) benchmarks/compilation.py
+	$(PY) benchmarks/grad_accum_memory.py

@@ -114,7 +114,8 @@ def main() -> None:
                       'bucket_band': args.band, 'bucket_growth': args.growth,
                       **{k: round(v, 4) for k, v in stats.items()}}), flush=True)
     chosen = shapes[:args.shapes]
-    for kind in ('cold', 'warm') if chosen else ():  # warm: the same shapes from the cache the cold run wrote
+    # warm: the same shapes again, from the cache the cold run wrote
+    for kind in ('cold', 'warm') if chosen else ():
       result = run_child(args.config, chosen, os.path.join(tmp, 'cache'))
       mean = float(np.mean(result['seconds']))
       print(json.dumps({'benchmark': 'compilation', 'what': 'compile', 'cache': kind,

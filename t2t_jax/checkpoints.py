@@ -67,15 +67,12 @@ class Checkpointer:
                                        'data': ocp.JsonCheckpointHandler()},
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, cleanup_tmp_directories=True))
 
-  def should_save(self, step: int) -> bool:
-    """Same answer on every host: the clock of process 0 decides for all."""
+  def is_due(self, step: int) -> bool:
+    """Whether `step` is a periodic save by this host's clock: a multi-process run must
+    agree on the answer (the training loop does, with its other per-step decisions)."""
     due = bool(self._every_steps) and step % self._every_steps == 0
-    if self._every_seconds and time.monotonic() - self._last_save_time >= self._every_seconds:
-      due = True
-    if jax.process_count() > 1:
-      from jax.experimental import multihost_utils
-      due = bool(multihost_utils.broadcast_one_to_all(np.array(due)))
-    return due
+    elapsed = time.monotonic() - self._last_save_time
+    return due or bool(self._every_seconds and elapsed >= self._every_seconds)
 
   def save(self, state: Any, data_state: dict) -> None:
     """Writes the state at its own step (asynchronously; `wait` or `close` to finish).

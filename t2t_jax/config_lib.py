@@ -108,6 +108,7 @@ RULES: dict[str, Rule] = {
     'adam_beta2': FRACTION,
     'adam_eps': POSITIVE_NUMBER,
     'learning_rate_scale': POSITIVE_NUMBER,
+    'grad_accum_steps': int_at_least(1, ' (micro-batches summed into one update)'),
     'seed': SEED,
     'log_every_steps': POSITIVE_INT,
     'eval_every_steps': POSITIVE_INT,

@@ -12,15 +12,18 @@ source tokens and 25000 target tokens." (§5.1)
        of padded lengths
     -> per epoch, seeded by (config.seed, epoch): shuffle within cells, cut
        batches, shuffle the batches
-    -> each process gathers its own rows of each batch and pads them with 0.
+    -> each process gathers its own block of rows of each batch and pads them with 0.
 
 The pipeline is plain numpy, so its position is just (epoch, batch): restoring
 it replays exactly the batches an uninterrupted run would have produced.
 
 Choices the paper leaves open:
   * padded lengths are multiples of 4 growing ~10% a step (`bucket_growth`);
-    a batch of cell (S, T) has the most rows (a multiple of the device count)
-    with rows*S and rows*T both within `tokens_per_batch`;
+    a batch of cell (S, T) has the most rows with rows*S and rows*T both within
+    `tokens_per_batch`, whatever the number of devices or processes: the batches
+    (which pairs, in which order) are the same on any topology, so a run resumes
+    on another one. Padding rows (all PAD: weight 0 in the loss) then make a
+    batch's rows divisible by the devices (times `grad_accum_steps`);
   * the shorter side of a pair is padded up to within `bucket_band` buckets of
     the longer one: fewer distinct shapes (compilations) for a little padding.
     `bucket_band=0` pads both sides to the longer one, as tensor2tensor did;
@@ -63,6 +66,10 @@ _CHUNK = 50_000  # sentence pairs read and encoded at a time: bounds memory on W
 # int64 temporaries (WMT EN-FR has 36M pairs).
 _SLICE = 1 << 20
 _PROBE_TIMEOUT_S = 3.0
+# The batch plan's version, saved with the input-pipeline state. 2: rows per batch no
+# longer rounded to the device count (the same batches on any topology). States of
+# version 1 (no 'plan' key) cannot continue exactly: their batches are not this plan's.
+_PLAN_VERSION = 2
 
 
 # ----------------------------------------------------------------- sources
@@ -450,10 +457,13 @@ def _cells(encoded: Encoded, kept: np.ndarray, grid: np.ndarray,
   return cells[0], cells[1]
 
 
-def _rows(grid: np.ndarray, tokens_per_batch: int, num_devices: int) -> np.ndarray:
-  """[S, T] -> most rows, a multiple of num_devices, with rows*S, rows*T in budget."""
+def _rows(grid: np.ndarray, tokens_per_batch: int) -> np.ndarray:
+  """[S, T] -> most rows with rows*S and rows*T in budget.
+
+  Not rounded to the device count: the plan must not depend on the topology.
+  """
   longer = np.maximum(grid[:, None], grid[None, :])
-  return tokens_per_batch // longer // num_devices * num_devices
+  return tokens_per_batch // longer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -461,7 +471,7 @@ class _Plan:
   """One epoch: batch b holds pairs order[starts[b]:starts[b + 1]], in shapes[b]."""
   order: np.ndarray
   starts: np.ndarray
-  shapes: np.ndarray  # [num_batches, 3]: global rows, S, T
+  shapes: np.ndarray  # [num_batches, 3]: global rows (pairs, before padding rows), S, T
 
   @property
   def num_batches(self) -> int:
@@ -469,7 +479,7 @@ class _Plan:
 
 
 def _epoch_plan(cell_i: np.ndarray, cell_j: np.ndarray, grid: np.ndarray,
-                rows: np.ndarray, num_devices: int, rng: np.random.Generator) -> _Plan:
+                rows: np.ndarray, rng: np.random.Generator) -> _Plan:
   """Cuts one epoch into batches, cell by cell, then shuffles the batches."""
   n = len(grid)
   cell = cell_i.astype(np.int16 if n * n <= np.iinfo(np.int16).max else np.int32) * n + cell_j
@@ -497,7 +507,7 @@ def _epoch_plan(cell_i: np.ndarray, cell_j: np.ndarray, grid: np.ndarray,
       carry[(i + 1, j + 1)] = rest
     elif len(rest):
       batches.append(rest)
-      shapes.append((_round_up(len(rest), num_devices), grid[i], grid[j]))
+      shapes.append((len(rest), grid[i], grid[j]))
   perm = rng.permutation(len(batches))
   sizes = np.array([len(batches[b]) for b in perm], np.int64)
   return _Plan(order=np.concatenate([batches[b] for b in perm]),
@@ -512,29 +522,34 @@ class TrainIterator:
   """Endless process-local training batches, epoch after epoch (§5.1).
 
   Yields {'inputs': int32 [rows, S], 'targets': int32 [rows, T]}: this process's
-  contiguous block of a global batch whose rows are divisible by the device
-  count. `get_state`/`set_state` save and restore the position exactly.
+  contiguous block of a global batch. The plan's batches (which pairs, in which
+  order) do not depend on the topology; all-PAD rows at the end of each global
+  batch make its rows divisible by num_devices × grad_accum_steps, so that every
+  device gets as many rows and the train step can cut them into micro-batches.
+  `get_state`/`set_state` save and restore the position exactly, also into an
+  iterator of another topology.
   """
 
   def __init__(self, encoded: Encoded, kept: np.ndarray, config: Any, *,
                num_devices: int, process_index: int, process_count: int,
-               data_key: str):
+               data_key: str, grad_accum_steps: int = 1):
     self._encoded, self._kept = encoded, kept
     self._grid = bucket_lengths(config.max_length, config.bucket_growth)
     self._cell_i, self._cell_j = _cells(encoded, kept, self._grid, config.bucket_band)
-    self._rows = _rows(self._grid, config.tokens_per_batch, num_devices)
+    self._rows = _rows(self._grid, config.tokens_per_batch)
     # Rows shrink as the longer side grows, so the longest cell decides.
     last = max(self._cell_i.max(), self._cell_j.max())
     if not self._rows[last, last]:
       longest = int(self._grid[last])
       raise ValueError(
           f'config.tokens_per_batch={config.tokens_per_batch} cannot hold one '
-          f'{longest}-token row on each of {num_devices} devices; raise it or '
-          'lower config.max_length')
-    self._num_devices, self._seed = num_devices, config.seed
+          f'{longest}-token row; raise it or lower config.max_length')
+    self._seed = config.seed
+    self._row_multiple = num_devices * grad_accum_steps  # global rows are padded to it
     self._process_index, self._process_count = process_index, process_count
-    settings = [data_key, config.max_length, config.tokens_per_batch, num_devices,
-                config.seed, config.bucket_growth, config.bucket_band, len(kept)]
+    # No topology here: a state saved on 8 devices resumes on 1 (the same batches).
+    settings = [data_key, config.max_length, config.tokens_per_batch, config.seed,
+                config.bucket_growth, config.bucket_band, len(kept), _PLAN_VERSION]
     self._fingerprint = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
     self._epoch, self._batch = 0, 0
     self._plan: _Plan | None = None
@@ -554,15 +569,23 @@ class TrainIterator:
   def get_state(self) -> dict[str, Any]:
     """The position: the next batch is batch `batch` of epoch `epoch`."""
     return {'epoch': self._epoch, 'batch': self._batch,
-            'fingerprint': self._fingerprint}
+            'fingerprint': self._fingerprint, 'plan': _PLAN_VERSION}
 
   def set_state(self, state: dict[str, Any]) -> None:
+    if state.get('fingerprint') != self._fingerprint and state.get('plan') != _PLAN_VERSION:
+      raise ValueError(
+          f'The saved input-pipeline state (fingerprint {state.get("fingerprint")}) was '
+          f'made by an older t2t_jax, whose batch plan (version {state.get("plan", 1)}) '
+          'rounded the rows of each batch to the number of devices; this version\'s plan '
+          f'(version {_PLAN_VERSION}) is the same on any number of devices, so its batches '
+          'differ and that position cannot be continued exactly. Resume with the version '
+          'that made the checkpoint, or start again (--config.restart=True).')
     if state.get('fingerprint') != self._fingerprint:
       raise ValueError(
           'The saved input-pipeline state was made for different data or settings '
-          '(data files, vocabulary, max_length, tokens_per_batch, number of '
-          'devices, seed or bucketing), so its position cannot be restored exactly: '
-          f'saved fingerprint {state.get("fingerprint")}, now {self._fingerprint}.')
+          '(data files, vocabulary, max_length, tokens_per_batch, seed or bucketing), '
+          'so its position cannot be restored exactly: saved fingerprint '
+          f'{state.get("fingerprint")}, now {self._fingerprint}.')
     epoch, batch = int(state['epoch']), int(state['batch'])
     if not 0 <= batch < self.plan(epoch).num_batches:
       raise ValueError(f'Input-pipeline state {state}: epoch {epoch} has '
@@ -573,14 +596,15 @@ class TrainIterator:
     """The batches of `epoch`, a pure function of (config.seed, epoch)."""
     if self._plan_epoch != epoch:
       rng = np.random.default_rng([self._seed, epoch])
-      self._plan = _epoch_plan(self._cell_i, self._cell_j, self._grid, self._rows,
-                               self._num_devices, rng)
+      self._plan = _epoch_plan(self._cell_i, self._cell_j, self._grid, self._rows, rng)
       self._plan_epoch = epoch
     return self._plan
 
   def _local_batch(self, plan: _Plan, b: int) -> Batch:
     rows, src_len, tgt_len = (int(x) for x in plan.shapes[b])
-    local_rows = rows // self._process_count
+    # Padded first, then cut: the processes' blocks are equal, disjoint and together
+    # the whole batch; the padding rows fall into the last blocks.
+    local_rows = _round_up(rows, self._row_multiple) // self._process_count
     first = plan.starts[b] + self._process_index * local_rows
     # Pairs past the batch's end are padding rows, left all-PAD by _gather.
     stop = min(first + local_rows, plan.starts[b + 1])
@@ -675,31 +699,45 @@ class Datasets:
   test: EvalSet | None
 
 
+def _at_once(name: str, make: Callable[[], Any]) -> Any:
+  return make()
+
+
 def get_datasets(config: Any, workdir: str, *, num_devices: int,
-                 process_index: int = 0, process_count: int = 1) -> Datasets:
+                 process_index: int = 0, process_count: int = 1,
+                 once: Callable[[str, Callable[[], Any]], Any] = _at_once,
+                 grad_accum_steps: int = 1) -> Datasets:
   """The tokenizer, training batches and dev/test sets of `config.dataset`.
+
+  Training batches are padded with all-PAD rows to a multiple of num_devices ×
+  grad_accum_steps (config.grad_accum_steps: the train step's micro-batches).
 
   Every input is checked (files exist, line counts agree, the text is UTF-8,
   tfds data is available, dev and test sets are not empty) before the vocabulary
-  is trained or anything encoded.
+  is trained or anything encoded. What is written to disk (the demo corpus, the
+  tfds preparation, the vocabulary, the id cache) goes through `once(name, make)`:
+  a multi-process run passes distributed.first_then_others, so that process 0
+  builds each and the others, waiting, load it.
   """
   if config.dataset == 'synthetic':
     from t2t_jax import synthetic  # pylint: disable=g-import-not-at-top
     return synthetic.get_datasets(config, num_devices=num_devices,
                                   process_index=process_index,
-                                  process_count=process_count)
+                                  process_count=process_count,
+                                  grad_accum_steps=grad_accum_steps)
   if config.dataset not in ('tfds', 'files', 'demo'):
     raise ValueError(f"config.dataset={config.dataset!r}: choose 'tfds', "
                      "'files', 'demo' or 'synthetic'")
-  config = resolve_demo(config, workdir)
+  config = once('demo_corpus', lambda: resolve_demo(config, workdir))
   _check_settings(config, num_devices, process_index, process_count)
-  sources = _make_sources(config)
+  sources = once('sources', lambda: _make_sources(config))  # tfds: prepared once
   eval_text = {name: _read_eval_text(sources[name]) for name in ('dev', 'test')
                if sources[name]}
-  tokenizer = tokenizer_lib.load_or_train(
-      config, workdir, lambda: _both_sides(sources['train']))
+  tokenizer = once('vocabulary', lambda: tokenizer_lib.load_or_train(
+      config, workdir, lambda: _both_sides(sources['train'])))
   source = sources['train']
-  encoded = id_cache.load_or_encode(source.name, source.key, source.read, tokenizer, workdir)
+  encoded = once('data_cache', lambda: id_cache.load_or_encode(
+      source.name, source.key, source.read, tokenizer, workdir))
   kept = _length_filter(encoded, config.max_length, 'train')
   topology = dict(num_devices=num_devices, process_index=process_index,
                   process_count=process_count)
@@ -708,7 +746,8 @@ def get_datasets(config: Any, workdir: str, *, num_devices: int,
   data_key = hashlib.sha256(np.ascontiguousarray(encoded.offsets[0]).tobytes()
                             + np.ascontiguousarray(encoded.offsets[1]).tobytes()
                             + tokenizer.fingerprint.encode()).hexdigest()
-  train = TrainIterator(encoded, kept, config, data_key=data_key, **topology)
+  train = TrainIterator(encoded, kept, config, data_key=data_key,
+                        grad_accum_steps=grad_accum_steps, **topology)
   evals = {name: _eval_set(name, text, tokenizer, config, **topology)
            for name, text in eval_text.items()}
   return Datasets(tokenizer, train, evals.get('dev'), evals.get('test'))

@@ -20,6 +20,8 @@ flags.DEFINE_string('workdir', None, 'Directory for checkpoints, vocabulary and 
 flags.DEFINE_enum('mode', 'train', MODES, 'What to do.')
 flags.DEFINE_bool('distributed', False, 'Call jax.distributed.initialize() first (multi-host '
                   'runs: TPU pods, Slurm, or JAX_COORDINATOR_ADDRESS and friends set).')
+flags.DEFINE_integer('distributed_timeout', 60, 'With --distributed: seconds without a '
+                     'heartbeat from a process after which the others stop (it died).')
 flags.DEFINE_string('input', None, 'translate: a file of sentences, one a line, or - for '
                     'stdin. attention: the sentence itself.')
 flags.DEFINE_string('output', None, 'translate: the output file (default: stdout). attention: '
@@ -61,7 +63,9 @@ def main(argv: list[str]) -> None:
 
 
 def _dispatch() -> None:
-  from t2t_jax import config_lib, model
+  from t2t_jax import config_lib, distributed, model
+  if FLAGS.distributed:  # before anything starts a JAX backend (validate may: dtype 'auto')
+    distributed.initialize(heartbeat_timeout_s=FLAGS.distributed_timeout)
   model_config = config_lib.validate(FLAGS.config)  # every mode: a bad value fails before work
   if FLAGS.mode == 'params':
     print(f'params: {model.init_param_count(model_config)}')
@@ -71,9 +75,6 @@ def _dispatch() -> None:
   from t2t_jax import workdir, xla
   workdir.check_local(FLAGS.workdir)
   xla.enable_compilation_cache(FLAGS.config.compilation_cache_dir)
-  if FLAGS.distributed:
-    import jax
-    jax.distributed.initialize()
   if FLAGS.mode == 'average':
     from t2t_jax import checkpoints
     step, steps = checkpoints.average_checkpoints(FLAGS.workdir, FLAGS.config.average_last,

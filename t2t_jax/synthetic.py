@@ -2,7 +2,8 @@
 
 Target = the source reversed, each token relabelled by a fixed permutation of the
 vocabulary, then EOS. Solving it needs attention to a moving source position.
-Batches are a pure function of (seed, batch number), so resuming is exact.
+Batches are a pure function of (seed, batch number), so resuming is exact, on any number
+of devices or processes: padding rows (all PAD) make the rows divisible by the devices.
 """
 from __future__ import annotations
 
@@ -72,24 +73,42 @@ class IdTokenizer:
     return ' '.join(str(i) for i in ids if i > EOS_ID)
 
 
-def _global_rows(config: ml_collections.ConfigDict, num_devices: int) -> int:
-  rows = config.tokens_per_batch // config.max_length // num_devices * num_devices
-  if rows < num_devices:
+def _global_rows(config: ml_collections.ConfigDict) -> int:
+  """Pairs a batch: the most rows of max_length within tokens_per_batch, on any topology
+  (as data.py's plan: the same batches on 1 or 8 devices, 1 or 2 processes)."""
+  rows = config.tokens_per_batch // config.max_length
+  if rows < 1:
     raise ValueError(f'config.tokens_per_batch={config.tokens_per_batch} is too small for one '
-                     f'row of config.max_length={config.max_length} tokens on each of '
-                     f'{num_devices} devices')
+                     f'row of config.max_length={config.max_length} tokens')
   return rows
+
+
+def _process_block(batch: dict[str, np.ndarray], multiple: int, process_index: int,
+                   process_count: int) -> dict[str, np.ndarray]:
+  """This process's contiguous block of `batch`, once padding rows have made its rows a
+  multiple of `multiple` (devices × micro-batches): all PAD (weight 0 in the loss), and
+  index -1 where the batch has an 'index'."""
+  rows = len(batch['inputs'])
+  padded = -(-rows // multiple) * multiple
+  local = padded // process_count
+  mine = slice(local * process_index, local * (process_index + 1))
+  block = {}
+  for key, value in batch.items():
+    full = np.full((padded, *value.shape[1:]), -1 if key == 'index' else PAD_ID, value.dtype)
+    full[:rows] = value
+    block[key] = full[mine]
+  return block
 
 
 class SyntheticIterator:
   """Endless process-local training batches; its state is the next batch number."""
 
   def __init__(self, config: ml_collections.ConfigDict, *, num_devices: int,
-               process_index: int, process_count: int):
+               process_index: int, process_count: int, grad_accum_steps: int = 1):
     self._config = config
-    self._rows = _global_rows(config, num_devices)
-    self._local = slice(self._rows // process_count * process_index,
-                        self._rows // process_count * (process_index + 1))
+    self._rows = _global_rows(config)
+    self._multiple = num_devices * grad_accum_steps
+    self._process_index, self._process_count = process_index, process_count
     self._batch_number = 0
 
   def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
@@ -99,7 +118,7 @@ class SyntheticIterator:
     c = self._config
     batch = make_batch(self._rows, c.vocab_size, c.max_length, c.seed, self._batch_number)
     self._batch_number += 1
-    return {k: v[self._local] for k, v in batch.items()}
+    return _process_block(batch, self._multiple, self._process_index, self._process_count)
 
   def get_state(self) -> dict:
     return {'batch_number': self._batch_number}
@@ -126,21 +145,20 @@ class SyntheticEvalSet:
     return [' '.join(map(str, row[row > EOS_ID])) for row in self.targets]
 
   def batches(self) -> Iterator[dict[str, np.ndarray]]:
-    rows = len(self.inputs)
-    local = slice(rows // self.process_count * self.process_index,
-                  rows // self.process_count * (self.process_index + 1))
-    index = np.arange(rows, dtype=np.int32)
-    yield {'inputs': self.inputs[local], 'targets': self.targets[local], 'index': index[local]}
+    """One batch of every pair, padding rows (index -1) up to a multiple of the devices."""
+    batch = {'inputs': self.inputs, 'targets': self.targets,
+             'index': np.arange(len(self.inputs), dtype=np.int32)}
+    yield _process_block(batch, self.num_devices, self.process_index, self.process_count)
 
 
 def get_datasets(config: ml_collections.ConfigDict, *, num_devices: int, process_index: int = 0,
-                 process_count: int = 1):
+                 process_count: int = 1, grad_accum_steps: int = 1):
   """The `data.Datasets` of the synthetic task: ids as text, a train iterator, a dev set."""
   from t2t_jax import data  # data.py dispatches here; import late to avoid a cycle
-  rows = _global_rows(config, num_devices)
+  rows = _global_rows(config)
   held_out = make_batch(rows, config.vocab_size, config.max_length, config.seed, HELD_OUT_BATCH)
   dev = SyntheticEvalSet(held_out['inputs'], held_out['targets'], num_devices, process_index,
                          process_count)
   train = SyntheticIterator(config, num_devices=num_devices, process_index=process_index,
-                            process_count=process_count)
+                            process_count=process_count, grad_accum_steps=grad_accum_steps)
   return data.Datasets(tokenizer=IdTokenizer(config.vocab_size), train=train, dev=dev, test=dev)

@@ -27,7 +27,7 @@ import optax
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from t2t_jax import checkpoints, config_lib, losses, optim
+from t2t_jax import checkpoints, config_lib, distributed, losses, optim
 from t2t_jax import workdir as workdir_lib
 from t2t_jax.model import ModelConfig, Transformer
 
@@ -77,22 +77,60 @@ def _metric_sums(sums: losses.LossSums, batch: Batch) -> Metrics:
   return jax.lax.psum(local, AXIS)
 
 
+def _accumulated_grads(params: Any, batch: Batch, rng: jax.Array, model: Transformer,
+                       label_smoothing: float, grad_accum_steps: int,
+                       ) -> tuple[Any, losses.LossSums]:
+  """The gradient of this device's loss sum, and its LossSums, over its rows cut into
+  `grad_accum_steps` micro-batches taken one after another (`lax.scan`): memory holds one
+  micro-batch's activations plus the running sums. Sums of sums, so the same gradient as
+  one pass over the rows (to float rounding): the paper's 25k-token update (§5.1) on
+  fewer or smaller accelerators."""
+  rows = batch['inputs'].shape[0]
+  if rows % grad_accum_steps:
+    raise ValueError(f'{rows} rows a device cannot be cut into grad_accum_steps='
+                     f'{grad_accum_steps} micro-batches: pad the global batch to a multiple '
+                     'of devices × grad_accum_steps (data.get_datasets(grad_accum_steps=...))')
+  # [k, rows / k, length]: micro-batch i is the device's rows i·rows/k .. (i + 1)·rows/k - 1.
+  micro_batches = jax.tree_util.tree_map(
+      lambda x: x.reshape(grad_accum_steps, rows // grad_accum_steps, *x.shape[1:]), batch)
+  grad_fn = jax.grad(functools.partial(_loss_sums, model=model, label_smoothing=label_smoothing),
+                     has_aux=True)
+
+  def add_micro_batch(totals, i_and_batch):
+    i, micro_batch = i_and_batch
+    # A dropout mask of its own for each micro-batch: fold in its index.
+    out = grad_fn(params, micro_batch, rngs={'dropout': jax.random.fold_in(rng, i)})
+    return jax.tree_util.tree_map(jnp.add, totals, out), None
+
+  first = jax.tree_util.tree_map(lambda x: x[0], micro_batches)
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(
+      grad_fn, params, first, rngs={'dropout': rng}))
+  (grads, sums), _ = jax.lax.scan(add_micro_batch, zeros,
+                                  (jnp.arange(grad_accum_steps), micro_batches))
+  return grads, sums
+
+
 def train_step(state: TrainState, batch: Batch, *, model: Transformer,
                tx: optax.GradientTransformation, label_smoothing: float,
-               ) -> tuple[TrainState, Metrics]:
+               grad_accum_steps: int = 1) -> tuple[TrainState, Metrics]:
   """One Adam update on this device's rows of the global batch (run under shard_map).
 
   The loss is the sum over the device's real target tokens; the summed gradients are
   divided by the global token count (psum over devices), so the update is the gradient of
-  the per-token mean over the whole batch, however the batch is split across devices.
+  the per-token mean over the whole batch, however the batch is split across devices, and
+  with `grad_accum_steps` > 1 however each device's rows are split into micro-batches.
   """
   rng = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), jax.lax.axis_index(AXIS))
   # Differentiate w.r.t. a per-device copy of the params: otherwise shard_map's autodiff
   # already sums the cotangent of a replicated input over the axis, and the psum below
   # would count every device's gradient `mesh.size` times.
   local_params = jax.lax.pcast(state.params, AXIS, to='varying')
-  grad_fn = jax.grad(_loss_sums, has_aux=True)
-  grads, sums = grad_fn(local_params, batch, model, label_smoothing, {'dropout': rng})
+  if grad_accum_steps == 1:  # one pass over the rows
+    grad_fn = jax.grad(_loss_sums, has_aux=True)
+    grads, sums = grad_fn(local_params, batch, model, label_smoothing, {'dropout': rng})
+  else:
+    grads, sums = _accumulated_grads(local_params, batch, rng, model, label_smoothing,
+                                     grad_accum_steps)
   metrics = _metric_sums(sums, batch)
   grads = jax.tree_util.tree_map(lambda g: jax.lax.psum(g, AXIS) / metrics['num_tokens'], grads)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -109,15 +147,19 @@ def eval_step(params: Any, batch: Batch, *, model: Transformer, label_smoothing:
 
 
 def compile_steps(model_config: ModelConfig, tx: optax.GradientTransformation,
-                  label_smoothing: float, mesh: Mesh) -> tuple[Callable, Callable]:
+                  label_smoothing: float, mesh: Mesh, *, grad_accum_steps: int = 1,
+                  ) -> tuple[Callable, Callable]:
   """The train and eval steps as jit(shard_map(...)) over `mesh`: the one place they compile.
 
-  The train step donates the old state: no second copy of params and Adam moments.
+  The train step donates the old state: no second copy of params and Adam moments. With
+  `grad_accum_steps` = k (config.grad_accum_steps) it takes each device's rows in k
+  micro-batches; batches then need rows divisible by mesh.size × k.
   """
   train_model = Transformer(model_config)
   eval_model = Transformer(model_config.replace(deterministic=True))
   train = jax.shard_map(
-      functools.partial(train_step, model=train_model, tx=tx, label_smoothing=label_smoothing),
+      functools.partial(train_step, model=train_model, tx=tx, label_smoothing=label_smoothing,
+                        grad_accum_steps=grad_accum_steps),
       mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
   evaluate = jax.shard_map(
       functools.partial(eval_step, model=eval_model, label_smoothing=label_smoothing),
@@ -291,30 +333,30 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
 def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir: str,
            ) -> TrainState:
   """Set up, restore, loop {step, log, evaluate, checkpoint}, finish."""
-  from t2t_jax import data  # the pipeline imports TensorFlow lazily; keep `params` mode light
   if config.restart:
     workdir_lib.move_aside(workdir, list(workdir_lib.RUN_OUTPUTS), 'config.restart=True')
   mesh = make_mesh()
-  datasets = data.get_datasets(config, workdir, num_devices=mesh.size,
-                               process_index=jax.process_index(),
-                               process_count=jax.process_count())
+  datasets = _load_data(config, workdir, mesh)
   tx = optim.make_optimizer(config)
   state = create_train_state(Transformer(model_config), tx, config.seed, mesh)
   checkpointer = checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints,
                                           every_steps=config.checkpoint_every_steps,
                                           every_minutes=config.checkpoint_every_minutes)
   state = _restore(config, model_config, workdir, checkpointer, state, datasets.train)
-  train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh)
+  train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh,
+                                    grad_accum_steps=config.grad_accum_steps)
   writer, lr_fn = MetricWriter(workdir), optim.learning_rate_schedule(config)
   step, last = int(state.step), config.num_train_steps
   throughput, pending, summary = Throughput(step, last), [], {}
   deadline = _deadline(config.train_minutes)
   logging.info('Training steps %d..%d on %d devices.', step + 1, last, mesh.size)
+  signum = None
   with StopSignals() as stop:
-    while step < last and stop.requested is None:
+    while step < last and signum is None:
       state, metrics = train_fn(state, shard_batch(next(datasets.train), mesh))
       step += 1
-      if time.monotonic() >= deadline:  # the time budget is spent: log, evaluate and save
+      signum, out_of_time, save_due = _agree_on_step(stop, deadline, checkpointer, step)
+      if out_of_time:  # the time budget is spent: log, evaluate and save
         last = step  # this step as the last one
         logging.info('config.train_minutes=%g reached at step %d.', config.train_minutes, step)
       pending.append(metrics)
@@ -329,15 +371,43 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
       if datasets.dev is not None and config.eval_bleu_every_steps > 0 and _is_due(
           step, config.eval_bleu_every_steps, last):
         summary.update(_dev_bleu(config, model_config, state.params, datasets, mesh, writer, step))
-      if checkpointer.should_save(step) or step == last or stop.requested is not None:
+      if save_due or step == last or signum is not None:
         _check_finite(pending, step, checkpointer)
         checkpointer.save(state, datasets.train.get_state())
   checkpointer.close()
   writer.close()
-  _log_summary(summary, step, config.num_train_steps, checkpointer, stop.requested)
-  if stop.requested is not None:
-    raise StoppedBySignal(stop.requested, step)
+  _log_summary(summary, step, config.num_train_steps, checkpointer, signum)
+  if signum is not None:
+    raise StoppedBySignal(signum, step)
   return state
+
+
+def _load_data(config: ml_collections.ConfigDict, workdir: str, mesh: Mesh) -> Any:
+  """data.Datasets of this process; in a multi-process run, process 0 builds what goes to
+  disk first, and every process must end with the same config, vocabulary and data."""
+  from t2t_jax import data  # the pipeline imports TensorFlow lazily; keep `params` mode light
+  datasets = data.get_datasets(config, workdir, num_devices=mesh.size,
+                               process_index=jax.process_index(),
+                               process_count=jax.process_count(),
+                               once=distributed.first_then_others,
+                               grad_accum_steps=config.grad_accum_steps)
+  distributed.check_same({
+      'config': json.dumps(workdir_lib.config_dict(config), sort_keys=True),
+      'vocabulary': getattr(datasets.tokenizer, 'fingerprint', ''),
+      'data': str(datasets.train.get_state().get('fingerprint', ''))})
+  return datasets
+
+
+def _agree_on_step(stop: StopSignals, deadline: float, checkpointer: checkpoints.Checkpointer,
+                   step: int) -> tuple[int | None, bool, bool]:
+  """(signal to stop on, time budget spent, periodic save due) after `step`, the same on
+  every host: a signal or clock that reaches one host at step s stops all of them at s,
+  so no host saves while another waits in the next step's psum. One small collective a
+  step in a multi-process run; nothing in a single process."""
+  local = np.array([stop.requested or 0, time.monotonic() >= deadline,
+                    checkpointer.is_due(step)], np.int64)
+  signum, out_of_time, save_due = (int(x) for x in distributed.agree(local))
+  return signum or None, bool(out_of_time), bool(save_due)
 
 
 def _deadline(minutes: float) -> float:
@@ -354,6 +424,9 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
   parameter and the config keys behind it, and unreadable ones are an error unless an
   older one can be read (Checkpointer.restore).
   """
+  # Hosts that see different checkpoints (a workdir that is not shared) would restore
+  # different states, or wait forever in orbax's barriers: stop them here, clearly.
+  distributed.check_same({'checkpoints': f'{checkpointer.steps()} {checkpointer.set_aside()}'})
   resuming = bool(checkpointer.steps() or checkpointer.set_aside())
   differences = workdir_lib.compare_config(workdir, config) if resuming else {}
   try:

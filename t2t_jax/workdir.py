@@ -148,7 +148,8 @@ def save_config(workdir: str, config: ml_collections.ConfigDict) -> None:
   """Records the config of a run that starts (or of one that predates config.json)."""
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
-    files.write_text(os.path.join(workdir, CONFIG), json.dumps(config_dict(config), indent=2) + '\n')
+    text = json.dumps(config_dict(config), indent=2) + '\n'
+    files.write_text(os.path.join(workdir, CONFIG), text)
 
 
 def move_aside(workdir: str, names: list[str], why: str) -> str | None:

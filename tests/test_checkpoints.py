@@ -238,7 +238,8 @@ def test_declined_save_is_an_error(tmp_path):
   checkpointer = checkpoints.Checkpointer(str(tmp_path), keep=5)
   state, data_state = checkpointer.restore(
       _template(tiny_config()), step=4)  # step 4 while 8 exists
-  with pytest.raises(checkpoints.CheckpointNotSaved, match='declined to save checkpoint 5 .* holds step 8'):
+  with pytest.raises(checkpoints.CheckpointNotSaved,
+                     match='declined to save checkpoint 5 .* holds step 8'):
     checkpointer.save(state.replace(step=state.step + 1), data_state)
   checkpointer.close()
 

@@ -124,7 +124,10 @@ def test_batches_respect_the_token_budget_and_bucket_shapes(files_run, num_devic
     inputs, targets = batch['inputs'], batch['targets']
     assert inputs.dtype == targets.dtype == np.int32
     assert len(inputs) == len(targets) and len(inputs) % num_devices == 0
-    assert inputs.size <= TOKENS_PER_BATCH and targets.size <= TOKENS_PER_BATCH
+    # The pairs fill the budget; padding rows (fewer than one a device) divide the rows.
+    pairs = int((inputs != PAD_ID).any(1).sum())
+    assert len(inputs) - pairs < num_devices and not inputs[pairs:].any()
+    assert pairs * inputs.shape[1] <= TOKENS_PER_BATCH and pairs * targets.shape[1] <= TOKENS_PER_BATCH
     s, t = grid.index(inputs.shape[1]), grid.index(targets.shape[1])
     assert abs(s - t) <= band
     for array in (inputs, targets):  # ids, EOS, then only padding
@@ -182,8 +185,13 @@ def test_restore_reproduces_the_next_10_batches(files_run):
 
 
 def test_batches_are_those_of_earlier_versions():
-  # A run resumed by a newer t2t_jax must see the batches the older one would have:
-  # the digest was taken from the 2026-11-22 code (int64 index arrays throughout).
+  # A run resumed by a newer t2t_jax must see the batches the older one would have.
+  # The digest changed ONCE, deliberately, with plan version 2 (issue #12: rows per batch
+  # no longer rounded down to the device count, so the batches are the same on any
+  # topology; the fingerprint drops num_devices). The 2026-11-22 digest was
+  # '1a2c93ac7cfaef92' (int64 index arrays throughout); version 2's code with `_rows`
+  # rounded to the 4 devices and the old fingerprint still gives exactly that, so
+  # nothing else changed. Old data states fail set_state, naming the plan change.
   rng = np.random.default_rng(7)
   lengths = rng.integers(1, 56, size=(2, 3000))  # some empty (EOS only), some too long
   offsets = tuple(np.concatenate([[0], np.cumsum(side)]) for side in lengths)
@@ -199,7 +207,7 @@ def test_batches_are_those_of_earlier_versions():
     batch = next(train)
     digest.update(np.array(batch['inputs'].shape + batch['targets'].shape).tobytes())
     digest.update(batch['inputs'].tobytes() + batch['targets'].tobytes())
-  assert digest.hexdigest()[:16] == '1a2c93ac7cfaef92'
+  assert digest.hexdigest()[:16] == '504e985bcca261a7'
 
 
 def test_restore_into_different_settings_fails_clearly(files_run):
@@ -210,6 +218,71 @@ def test_restore_into_different_settings_fails_clearly(files_run):
   train = data.get_datasets(other, workdir, num_devices=1).train
   with pytest.raises(ValueError, match='different data or settings'):
     train.set_state(state)
+
+
+def test_state_of_the_old_plan_fails_naming_the_change(files_run):
+  """Checkpoints from before plan version 2 (rows rounded to the devices) cannot continue
+  exactly: an error that says why, never a silently different data order."""
+  config, _, workdir = files_run
+  train = data.get_datasets(config, workdir, num_devices=8).train
+  old = {'epoch': 0, 'batch': 3, 'fingerprint': '1a2c93ac7cfaef92'}  # version 1: no 'plan'
+  with pytest.raises(ValueError, match=r'older t2t_jax, whose batch plan \(version 1\) '
+                     r'rounded the rows .*--config\.restart=True'):
+    train.set_state(old)
+
+
+# (devices, processes, grad_accum_steps): rows padded to multiples of 1 to 16.
+TOPOLOGIES = [(1, 1, 1), (2, 1, 1), (4, 1, 1), (8, 1, 1), (2, 2, 1), (4, 2, 1), (8, 2, 1),
+              (1, 1, 4), (8, 2, 2)]
+
+
+def topology_iterators(config, workdir, num_devices, process_count, grad_accum_steps=1):
+  return [data.get_datasets(config, workdir, num_devices=num_devices, process_index=p,
+                            process_count=process_count,
+                            grad_accum_steps=grad_accum_steps).train
+          for p in range(process_count)]
+
+
+@pytest.mark.parametrize('num_devices,process_count,grad_accum_steps', TOPOLOGIES)
+def test_the_same_global_batches_on_any_topology(files_run, num_devices, process_count,
+                                                 grad_accum_steps):
+  """An epoch's global batches (pairs, in order) are those of 1 device in 1 process. Each
+  process reads its own contiguous block; the equal blocks, disjoint, make up the batch,
+  whose rows all-PAD padding rows make a multiple of devices × grad_accum_steps."""
+  config, _, workdir = files_run
+  reference = data.get_datasets(config, workdir, num_devices=1).train
+  parts = topology_iterators(config, workdir, num_devices, process_count, grad_accum_steps)
+  multiple, padded = num_devices * grad_accum_steps, 0
+  for want in one_epoch(reference):
+    local = [next(part) for part in parts]
+    for key in ('inputs', 'targets'):
+      assert len({block[key].shape for block in local}) == 1
+      got = np.concatenate([block[key] for block in local])
+      pairs = len(want[key])  # 1 device: no padding rows
+      assert len(got) == -(-pairs // multiple) * multiple
+      np.testing.assert_array_equal(got[:pairs], want[key])
+      assert not got[pairs:].any()  # padding rows: all PAD, weight 0 in the loss
+    padded += len(got) > pairs
+  assert all(part.get_state() == reference.get_state() for part in parts)  # no topology in it
+  assert padded or multiple == 1  # the padding was exercised
+
+
+def test_a_state_saved_on_8_devices_resumes_on_1(files_run):
+  config, _, workdir = files_run
+  [eight] = topology_iterators(config, workdir, 8, 1, grad_accum_steps=2)
+  for _ in range(eight.plan(0).num_batches - 4):  # the next 10 cross an epoch
+    next(eight)
+  state = json.loads(json.dumps(eight.get_state()))
+  expected = [next(eight) for _ in range(10)]
+  one = data.get_datasets(config, workdir, num_devices=1).train
+  one.set_state(state)
+  for want in expected:
+    got = next(one)
+    for key in ('inputs', 'targets'):
+      pairs = len(got[key])
+      np.testing.assert_array_equal(want[key][:pairs], got[key])
+      assert not want[key][pairs:].any()
+  assert one.get_state() == eight.get_state()
 
 
 def test_shuffling_is_seeded(files_run):
@@ -506,8 +579,9 @@ def test_synthetic_is_delegated(tmp_path, monkeypatch):
   config = wmt_ende_base.get_config()
   config.dataset = 'synthetic'
   assert data.get_datasets(config, str(tmp_path), num_devices=8, process_index=1,
-                           process_count=2) == 'synthetic!'
-  assert calls == [{'num_devices': 8, 'process_index': 1, 'process_count': 2}]
+                           process_count=2, grad_accum_steps=3) == 'synthetic!'
+  assert calls == [{'num_devices': 8, 'process_index': 1, 'process_count': 2,
+                    'grad_accum_steps': 3}]
 
 
 # ---------------------------------------------------------------------- tfds
@@ -626,7 +700,9 @@ def test_bad_settings_name_the_key(tmp_path, key, value):
     data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
 
 
-def test_budget_too_small_for_the_devices(tmp_path):
-  config = make_config(tmp_path, tokens_per_batch=100)
-  with pytest.raises(ValueError, match=r'config\.tokens_per_batch=100 cannot hold'):
+def test_budget_too_small_for_one_row(tmp_path):
+  # The devices don't matter (padding rows fill them): one row of the longest cell must fit.
+  config = make_config(tmp_path, tokens_per_batch=30)
+  with pytest.raises(ValueError, match=r'config\.tokens_per_batch=30 cannot hold one '
+                     r'40-token row'):
     data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=8)

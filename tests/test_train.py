@@ -1,6 +1,7 @@
 """The data-parallel train step: 8 devices equal 1, the loss falls, the loop writes metrics."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -24,12 +25,13 @@ def tiny_config():
   return config
 
 
-def run_steps(config, devices, batches):
+def run_steps(config, devices, batches, grad_accum_steps=1):
   mesh = train.make_mesh(devices)
   model_config = config_lib.validate(config)
   tx = optim.make_optimizer(config)
   state = train.create_train_state(Transformer(model_config), tx, config.seed, mesh)
-  train_fn, _ = train.compile_steps(model_config, tx, config.label_smoothing, mesh)
+  train_fn, _ = train.compile_steps(model_config, tx, config.label_smoothing, mesh,
+                                    grad_accum_steps=grad_accum_steps)
   for batch in batches:
     state, metrics = train_fn(state, train.shard_batch(batch, mesh))
   return jax.device_get(state.params), jax.device_get(metrics)
@@ -68,6 +70,75 @@ def test_eight_devices_equal_one():
   assert metrics_1['num_tokens'] == metrics_8['num_tokens'] == (batches[-1]['targets'] != 0).sum()
 
 
+@pytest.mark.parametrize('num_devices,grad_accum_steps', [(1, 2), (1, 4), (8, 2), (2, 4)])
+def test_accumulated_micro_batches_make_the_full_batch_update(num_devices, grad_accum_steps):
+  """config.grad_accum_steps = k: one Adam update from the summed gradients of k
+  micro-batches, divided by the whole batch's token count, equals the update of the whole
+  batch at once (dropout off: each micro-batch draws its own masks); so do the metrics."""
+  config = tiny_config()
+  batches = [synthetic.make_batch(16, config.vocab_size, config.max_length, 0, 0)]
+  params_1, metrics_1 = run_steps(config, jax.devices()[:1], batches)
+  params_k, metrics_k = run_steps(config, jax.devices()[:num_devices], batches,
+                                  grad_accum_steps=grad_accum_steps)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
+                         params_1, params_k)
+  assert set(metrics_k) == set(metrics_1)
+  for key in metrics_1:
+    np.testing.assert_allclose(metrics_k[key], metrics_1[key], rtol=1e-5, err_msg=key)
+
+
+@pytest.mark.parametrize('num_devices,process_count,grad_accum_steps',
+                         [(1, 1, 1), (8, 1, 1), (8, 2, 1), (2, 2, 4)])
+def test_synthetic_batches_are_the_same_on_any_topology(num_devices, process_count,
+                                                        grad_accum_steps):
+  """The synthetic task as the files plan: the global batches of 1 device, padded with
+  all-PAD rows for the devices × micro-batches; each process its block; states move."""
+  config = tiny_config()
+  config.tokens_per_batch = 13 * config.max_length  # 13 rows: no device count divides them
+  topology = dict(num_devices=num_devices, process_count=process_count,
+                  grad_accum_steps=grad_accum_steps)
+  reference = synthetic.SyntheticIterator(config, num_devices=1, process_index=0,
+                                          process_count=1)
+  parts = [synthetic.SyntheticIterator(config, process_index=p, **topology)
+           for p in range(process_count)]
+  multiple = num_devices * grad_accum_steps
+  for _ in range(3):
+    want, local = next(reference), [next(part) for part in parts]
+    for key in ('inputs', 'targets'):
+      got = np.concatenate([block[key] for block in local])
+      assert len({block[key].shape for block in local}) == 1
+      assert len(got) == -(-13 // multiple) * multiple
+      np.testing.assert_array_equal(got[:13], want[key])
+      assert not got[13:].any()
+  resumed = synthetic.SyntheticIterator(config, num_devices=1, process_index=0, process_count=1)
+  resumed.set_state(parts[0].get_state())
+  np.testing.assert_array_equal(next(resumed)['inputs'], next(reference)['inputs'])
+  devs = [synthetic.get_datasets(config, process_index=p, **topology).dev
+          for p in range(process_count)]
+  dev = [next(d.batches()) for d in devs]
+  index, inputs = (np.concatenate([b[key] for b in dev]) for key in ('index', 'inputs'))
+  assert len(index) % num_devices == 0 and sorted(index[index >= 0]) == list(range(13))
+  assert not inputs[index < 0].any()
+
+
+def test_each_micro_batch_draws_its_own_dropout():
+  """Two identical micro-batches under dropout: different masks, so different loss sums,
+  and the step's sums are theirs added up."""
+  config = tiny_config()
+  config.model.dropout_rate = 0.5
+  model_config = config_lib.validate(config)
+  half = synthetic.make_batch(8, config.vocab_size, config.max_length, 0, 0)
+  batch = {k: np.concatenate([v, v]) for k, v in half.items()}
+  params = train.create_train_state(Transformer(model_config), optim.make_optimizer(config), 0,
+                                    train.make_mesh(jax.devices()[:1])).params
+  rng, model = jax.random.PRNGKey(3), Transformer(model_config)
+  _, sums = jax.jit(lambda p, b: train._accumulated_grads(p, b, rng, model, 0.1, 2))(params, batch)
+  each = [train._loss_sums(params, half, model, 0.1, {'dropout': jax.random.fold_in(rng, i)})[0]
+          for i in range(2)]
+  assert float(each[0]) != float(each[1])
+  np.testing.assert_allclose(sums.loss, each[0] + each[1], rtol=1e-5)
+
+
 def test_loss_falls_on_the_synthetic_task():
   config = tiny_config()
   config.model.dropout_rate = 0.1
@@ -103,11 +174,54 @@ def test_dropout_rng_differs_per_step_and_device():
   assert float(m1['loss']) != float(m2['loss'])
 
 
-def run_main(*args, env_extra=None):
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
+def run_main(*args, env_extra=None, devices=2):
+  env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}',
              **(env_extra or {}))
   return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=600)
+
+
+def tiny_files_config(tmp_path):
+  """A tiny dataset=files corpus (tests/test_data.py's generator) and model: the real §5.1
+  plan, whose batches have rows that 8 devices do not divide."""
+  import test_data  # pylint: disable=g-import-not-at-top  (tests/ is on sys.path)
+  from experiments import wmt_ende_base  # pylint: disable=g-import-not-at-top
+  config = test_data.make_config(tmp_path, bucket_band=0, bucket_growth=1.25, num_train_steps=8,
+                                 warmup_steps=10, log_every_steps=1, eval_every_steps=8,
+                                 checkpoint_every_minutes=0.0, compilation_cache_dir='')
+  config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4, dropout_rate=0.0)
+  base = wmt_ende_base.get_config()
+  flags = [f'--config.{k}={v}' for k, v in config.items() if k != 'model' and v != base[k]]
+  flags += [f'--config.model.{k}={v}' for k, v in config.model.items() if v != base.model[k]]
+  return config, ['--config=experiments/wmt_ende_base.py', *flags]
+
+
+def test_one_device_eight_devices_and_accumulation_train_alike(tmp_path):
+  """Through the command line, dataset=files, dropout off: 1 device, 8 devices, and 8
+  devices with grad_accum_steps=2 see the same batches (padding rows aside) and log the
+  same loss at every step, and the same dev loss."""
+  from t2t_jax import data  # pylint: disable=g-import-not-at-top
+  config, flags = tiny_files_config(tmp_path)
+  runs = {'1': (1, 1), '8': (8, 1), '8x2': (8, 2)}  # devices, grad_accum_steps
+  records = {}
+  for name, (devices, k) in runs.items():
+    workdir = tmp_path / name
+    if name != '1':  # the first run's vocabulary: the same ids without training it again
+      shutil.copytree(tmp_path / '1' / 'vocab', workdir / 'vocab')
+    result = run_main(*flags, f'--workdir={workdir}', f'--config.grad_accum_steps={k}',
+                      devices=devices)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records[name] = [json.loads(line) for line in open(workdir / 'metrics.jsonl')]
+  plan = data.get_datasets(config, str(tmp_path / '1'), num_devices=1).train.plan(0)
+  assert any(plan.shapes[:8, 0] % 8)  # rows that need padding rows on 8 devices
+  for key in ('loss', 'dev_loss'):
+    want = [(r['step'], r[key]) for r in records['1'] if key in r]
+    assert [s for s, _ in want] == (list(range(1, 9)) if key == 'loss' else [8])
+    for name in ('8', '8x2'):
+      got = [(r['step'], r[key]) for r in records[name] if key in r]
+      assert [s for s, _ in got] == [s for s, _ in want]
+      np.testing.assert_allclose([v for _, v in got], [v for _, v in want], atol=1e-4,
+                                 err_msg=f'{key}, {name}')
 
 
 def test_params_mode_prints_the_exact_count():
