@@ -27,8 +27,9 @@ def initialize(*, heartbeat_timeout_s: int = 60) -> None:
 
   A process that sends no heartbeat for `heartbeat_timeout_s` seconds counts as dead and
   the runtime stops all the others ("Terminating process because the JAX distributed
-  service detected fatal errors"), so a dead host ends the run in bounded time instead of
-  leaving the rest waiting in a collective; rerunning the command resumes.
+  service detected fatal errors"; a collective in flight may fail first, with gloo's or
+  NCCL's error), so a dead host ends the run in bounded time instead of leaving the rest
+  waiting in a collective; rerunning the command resumes.
   """
   env = os.environ
   kwargs = {}

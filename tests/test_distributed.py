@@ -183,7 +183,10 @@ def test_a_dead_process_stops_the_others_and_the_run_resumes(tmp_path):
   code = procs[0].wait(timeout=120)
   assert code != 0 and time.time() - killed_at < 60
   log = open(procs[0].log_path).read()
-  assert 'JAX distributed service detected fatal errors' in log
+  # The runtime's heartbeat check stops it, or, when the dead peer's socket closes in the
+  # middle of a collective, gloo does first (on GPUs: NCCL); either way the process ends.
+  assert ('JAX distributed service detected fatal errors' in log
+          or 'gloo::EnforceNotMet' in log or 'Connection closed by peer' in log), log[-3000:]
   procs[1].wait()
   logs = run(workdir, '--config.num_train_steps=8')
   assert all('Resuming at step' in log for log in logs)
