@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 WORKDIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast bench setup
+.PHONY: demo test test-fast lint bench setup
 
 setup: $(VENV)/.installed
 
@@ -30,7 +30,12 @@ demo: setup
 	@paste -d '\n' $(WORKDIR)/examples.en $(WORKDIR)/examples.de | sed 'n;s/^/  -> /'
 	$(DEMO) --mode=eval
 
-test: setup
+# Style and likely bugs (pyproject.toml's [tool.ruff]); `make test` runs it first, so a lint
+# error fails the suite.
+lint: setup
+	$(PY) -m ruff check .
+
+test: setup lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: setup

@@ -23,8 +23,11 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import demo, wmt_ende_base, wmt_ende_big  # noqa: E402
-from t2t_jax import checkpoints, config_lib, optim, train  # noqa: E402
-from t2t_jax.model import Transformer  # noqa: E402
+from t2t_jax import checkpoints, optim, train_step, xla  # noqa: E402
+from t2t_jax import mesh as mesh_lib  # noqa: E402
+from t2t_jax.model import ModelConfig, Transformer  # noqa: E402
+
+xla.configure_cpu()
 
 CONFIGS = {'base': wmt_ende_base, 'big': wmt_ende_big, 'demo': demo}
 
@@ -39,16 +42,16 @@ def main() -> None:
   parser.add_argument('--config', default='base', choices=sorted(CONFIGS))
   args = parser.parse_args()
   config = CONFIGS[args.config].get_config()
-  model_config = config_lib.validate(config)
-  mesh = train.make_mesh(jax.devices()[:1])
+  model_config = ModelConfig.from_config(config)
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
   tx = optim.make_optimizer(config)
-  state = train.create_train_state(Transformer(model_config), tx, 0, mesh)
+  state = train_step.create_train_state(Transformer(model_config), tx, 0, mesh)
   # One real update, so that Adam's moments are not all zeros (zeros compress to nothing).
-  train_fn, _ = train.compile_steps(model_config, tx, config.label_smoothing, mesh)
+  train_fn, _ = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh)
   rng = np.random.default_rng(0)
   batch = {k: rng.integers(3, config.vocab_size, (8, 32), dtype=np.int32)
            for k in ('inputs', 'targets')}
-  state, _ = train_fn(state, train.shard_batch(batch, mesh))
+  state, _ = train_fn(state, mesh_lib.shard_batch(batch, mesh))
   jax.block_until_ready(state)
   with tempfile.TemporaryDirectory() as workdir:
     saver = checkpoints.Checkpointer(workdir, keep=2)

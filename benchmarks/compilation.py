@@ -6,7 +6,7 @@
 
 The §5.1 length buckets make every distinct (rows, source length, target length) of the
 training batches, and every (rows, length) of the dev batches, a compilation of the train or
-eval step. On the real 10k-pair WMT sample (../shared/data/wmt_ende_sample, an 8000-piece
+eval step. On the real 10k-pair WMT sample ($T2T_WMT_SAMPLE, an 8000-piece
 vocabulary; newstest2013 as dev set), with --band/--growth as config.bucket_band and
 config.bucket_growth, this prints JSON lines:
   shapes       distinct train shapes in one epoch, dev shapes, padding efficiency
@@ -30,19 +30,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import numpy as np  # noqa: E402
+import wmt_sample  # noqa: E402  (benchmarks/wmt_sample.py)
 
 from experiments import demo, wmt_ende_base, wmt_ende_big  # noqa: E402
 from t2t_jax import data  # noqa: E402
 
-SAMPLE = os.path.join(REPO, '..', 'shared', 'data', 'wmt_ende_sample')
 CONFIGS = {'base': wmt_ende_base, 'big': wmt_ende_big, 'demo': demo}
 
 
 def make_config(args: argparse.Namespace):
   config = CONFIGS[args.config].get_config()
   config.dataset = 'files'
-  config.train_files = os.path.normpath(os.path.join(SAMPLE, 'train'))
-  config.dev_files = os.path.normpath(os.path.join(SAMPLE, 'newstest2013'))
+  config.train_files = wmt_sample.prefix('train')
+  config.dev_files = wmt_sample.prefix('newstest2013')
   config.test_files = ''
   config.vocab_size = 8000  # a 10k-pair sample cannot support 37000 pieces
   config.bucket_band, config.bucket_growth = args.band, args.growth
@@ -68,17 +68,20 @@ def epoch_shapes(config, workdir: str) -> tuple[list[tuple[int, ...]], dict]:
 def compile_child(config_name: str, shapes: list[list[int]], cache: str) -> dict:
   """In a fresh process: compile the train step for each shape; seconds each."""
   import jax  # noqa: E402 (after the parent chose the platform)
-  from t2t_jax import config_lib, optim, train, xla  # noqa: E402
-  from t2t_jax.model import Transformer  # noqa: E402
+
+  from t2t_jax import mesh as mesh_lib  # noqa: E402
+  from t2t_jax import optim, train_step, xla  # noqa: E402
+  from t2t_jax.model import ModelConfig, Transformer  # noqa: E402
+  xla.configure_cpu()
   xla.enable_compilation_cache(cache)
   config = CONFIGS[config_name].get_config()
   config.vocab_size = 8000
-  model_config = config_lib.validate(config)
-  mesh = train.make_mesh(jax.devices()[:1])
+  model_config = ModelConfig.from_config(config)
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
   tx = optim.make_optimizer(config)
-  state = jax.eval_shape(lambda: train.create_train_state(Transformer(model_config), tx, 0,
-                                                          mesh))
-  train_fn, _ = train.compile_steps(model_config, tx, config.label_smoothing, mesh)
+  state = jax.eval_shape(lambda: train_step.create_train_state(Transformer(model_config), tx, 0,
+                                                               mesh))
+  train_fn, _ = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh)
   seconds = []
   for rows, src, tgt in shapes:
     batch = {'inputs': jax.ShapeDtypeStruct((rows, src), np.int32),

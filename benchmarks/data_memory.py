@@ -3,17 +3,17 @@
   python benchmarks/data_memory.py encode [--pairs=500000] [--vocab_size=4000]
   python benchmarks/data_memory.py iterator [--pairs=36000000]
 
-`encode` repeats the 10k-pair WMT sample (../shared/data/wmt_ende_sample/) up to --pairs,
+`encode` repeats the 10k-pair WMT sample ($T2T_WMT_SAMPLE) up to --pairs,
 trains a --vocab_size BPE vocabulary on the sample, then encodes the training split three
 ways, each in a fresh process, and prints one JSON line per way:
   int_lists        the code before 2026-11-23: Python int lists, all ids in memory, np.save
   numpy_in_memory  sentencepiece's numpy output, all ids in memory, np.save
-  streamed         what data.py does: numpy output, each chunk appended to the cache files
+  streamed         what id_cache.py does: numpy output, each chunk appended to the cache files
 with seconds, peak RSS over the process's RSS before encoding, ids per pair and cache bytes
 per pair. A small vocabulary cuts words into more pieces than the paper's 37000 (EN-DE) or
 32000 (EN-FR), so its ids and bytes per pair are upper bounds for those.
 
-`iterator` builds data.TrainIterator (length filter, cells, one epoch's plan) on --pairs
+`iterator` builds batching.TrainIterator (length filter, cells, one epoch's plan) on --pairs
 pairs whose lengths are drawn from the sample's, with ids and offsets in memory-mapped .npy
 files as in a real run, and prints one JSON line: seconds, peak RSS over the RSS before
 (which holds the offsets' pages, 16 bytes a pair, shared page cache) and what stays.
@@ -22,6 +22,7 @@ Peak RSS is VmHWM after resetting it (/proc/self/clear_refs), Linux.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -35,10 +36,13 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from experiments import wmt_ende_base  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t2t_jax import data, id_cache, tokenizer  # pylint: disable=g-import-not-at-top,wrong-import-position
+import wmt_sample  # noqa: E402  (benchmarks/wmt_sample.py)
 
-SAMPLE = os.path.join(REPO, '..', 'shared', 'data', 'wmt_ende_sample', 'train')
+from experiments import wmt_ende_base  # noqa: E402
+from t2t_jax import batching, id_cache, sources, tokenizer, xla  # noqa: E402
+
+xla.configure_cpu()
+
 VARIANTS = ('int_lists', 'numpy_in_memory', 'streamed')
 MB = 1 << 20
 
@@ -46,7 +50,7 @@ MB = 1 << 20
 def status_mb(key: str) -> float:
   """A field of /proc/self/status (VmRSS, VmHWM) in MiB."""
   with open('/proc/self/status', encoding='ascii') as f:
-    line = next(l for l in f if l.startswith(key + ':'))
+    line = next(row for row in f if row.startswith(key + ':'))
   return int(line.split()[1]) / 1024
 
 
@@ -69,7 +73,6 @@ def make_config(prefix: str, vocab_size: int) -> Any:
 
 def encode_int_lists(source: Any, tok: tokenizer.Tokenizer) -> id_cache.Encoded:
   """Encoding as it was before 2026-11-23 (lists of Python ints, all in memory)."""
-  import itertools  # pylint: disable=g-import-not-at-top
   dtype = np.uint16
   flat, lengths = ([], []), ([], [])
   for chunk in source.read():
@@ -86,13 +89,13 @@ def encode_int_lists(source: Any, tok: tokenizer.Tokenizer) -> id_cache.Encoded:
 def save_in_memory(encoded: id_cache.Encoded, folder: str) -> None:
   """The cache files as np.save wrote them before 2026-11-23."""
   os.makedirs(folder)
-  for name, array in zip(id_cache._CACHE_FILES, encoded.ids + encoded.offsets):
+  for name, array in zip(id_cache._CACHE_FILES, encoded.ids + encoded.offsets, strict=True):
     np.save(os.path.join(folder, f'{name}.npy'), array)
 
 
 def encode_child(variant: str, prefix: str, workdir: str, vocab_size: int) -> dict[str, Any]:
   tok = tokenizer.Tokenizer(os.path.join(workdir, 'vocab', 'spm.model'))
-  source = data._files_source('train', prefix, make_config(prefix, vocab_size))
+  source = sources._files_source('train', prefix, make_config(prefix, vocab_size))
   cache = os.path.join(workdir, f'cache-{variant}')
   before = reset_peak()
   start = time.perf_counter()
@@ -108,7 +111,8 @@ def encode_child(variant: str, prefix: str, workdir: str, vocab_size: int) -> di
               'source_ids.npy' in files]
   arrays = [np.load(os.path.join(folder, f'{n}.npy'), mmap_mode='r') for n in id_cache._CACHE_FILES]
   pairs = len(arrays[2]) - 1
-  cache_bytes = sum(os.path.getsize(os.path.join(folder, f'{n}.npy')) for n in id_cache._CACHE_FILES)
+  cache_bytes = sum(os.path.getsize(os.path.join(folder, f'{n}.npy'))
+                    for n in id_cache._CACHE_FILES)
   return {'variant': variant, 'pairs': pairs, 'vocab_size': tok.vocab_size,
           'seconds': round(seconds, 1), 'rss_before_mb': round(before),
           'peak_rss_over_before_mb': round(peak - before),
@@ -122,15 +126,16 @@ def prepare_encode(pairs: int, vocab_size: int, tmp: str) -> tuple[str, str]:
   """The sample repeated up to `pairs` lines, and a workdir with its vocabulary."""
   prefix = os.path.join(tmp, 'train')
   for lang in ('en', 'de'):
-    with open(f'{SAMPLE}.{lang}', 'rb') as f:
+    with open(f"{wmt_sample.prefix('train')}.{lang}", 'rb') as f:
       lines = f.read().splitlines(keepends=True)
     with open(f'{prefix}.{lang}', 'wb') as f:
       for i in range(0, pairs, len(lines)):
         f.writelines(lines[:pairs - i])
   workdir = os.path.join(tmp, 'workdir')
-  config = make_config(SAMPLE, vocab_size)
-  source = data._files_source('train', SAMPLE, config)
-  tokenizer.load_or_train(config, workdir, lambda: data._both_sides(source))
+  sample = wmt_sample.prefix('train')
+  config = make_config(sample, vocab_size)
+  source = sources._files_source('train', sample, config)
+  tokenizer.load_or_train(config, workdir, lambda: sources.both_sides(source))
   return prefix, workdir
 
 
@@ -139,9 +144,10 @@ def prepare_encode(pairs: int, vocab_size: int, tmp: str) -> tuple[str, str]:
 
 def sample_lengths(vocab_size: int, tmp: str) -> np.ndarray:
   """[pairs, 2] (source, target) lengths with EOS of the sample, in its vocabulary."""
-  config = make_config(SAMPLE, vocab_size)
-  source = data._files_source('train', SAMPLE, config)
-  tok = tokenizer.load_or_train(config, tmp, lambda: data._both_sides(source))
+  sample = wmt_sample.prefix('train')
+  config = make_config(sample, vocab_size)
+  source = sources._files_source('train', sample, config)
+  tok = tokenizer.load_or_train(config, tmp, lambda: sources.both_sides(source))
   encoded = id_cache.encode(source.read(), tok)
   return np.stack(encoded.lengths, axis=1)
 
@@ -173,9 +179,9 @@ def iterator_child(pairs: int, vocab_size: int, tmp: str) -> dict[str, Any]:
   config = wmt_ende_base.get_config()  # max_length 256, 25000 tokens a batch
   before = reset_peak()
   start = time.perf_counter()
-  kept = data._length_filter(encoded, config.max_length, 'train')
-  train = data.TrainIterator(encoded, kept, config, num_devices=8, process_index=0,
-                             process_count=1, data_key='benchmark')
+  kept = batching.length_filter(encoded, config.max_length, 'train')
+  train = batching.TrainIterator(encoded, kept, config, num_devices=8, process_index=0,
+                                 process_count=1, data_key='benchmark')
   plan = train.plan(0)
   seconds = time.perf_counter() - start
   peak, kept_now = status_mb('VmHWM'), status_mb('VmRSS')

@@ -27,8 +27,10 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import demo, wmt_ende_base  # noqa: E402
-from t2t_jax import config_lib, decode  # noqa: E402
-from t2t_jax.model import Transformer  # noqa: E402
+from t2t_jax import decode, xla  # noqa: E402
+from t2t_jax.model import ModelConfig, Transformer  # noqa: E402
+
+xla.configure_cpu()
 
 CONFIGS = {'base': wmt_ende_base, 'demo': demo}
 
@@ -81,7 +83,7 @@ def main() -> None:
   parser.add_argument('--uncached-sentences', type=int, default=2, help='0: skip')
   parser.add_argument('--repeats', type=int, default=1)
   args = parser.parse_args()
-  model_config = config_lib.validate(CONFIGS[args.config].get_config()).replace(
+  model_config = ModelConfig.from_config(CONFIGS[args.config].get_config()).replace(
       deterministic=True)
   dummy = np.ones((1, 2), np.int32)
   params = jax.jit(lambda rng: Transformer(model_config).init(rng, dummy, dummy)['params'])(

@@ -25,8 +25,11 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import demo, wmt_ende_base, wmt_ende_big  # noqa: E402
-from t2t_jax import config_lib, optim, train  # noqa: E402
-from t2t_jax.model import Transformer  # noqa: E402
+from t2t_jax import mesh as mesh_lib  # noqa: E402
+from t2t_jax import optim, train_step, xla  # noqa: E402
+from t2t_jax.model import ModelConfig, Transformer  # noqa: E402
+
+xla.configure_cpu()
 
 CONFIGS = {'base': wmt_ende_base, 'big': wmt_ende_big, 'demo': demo}
 MIB = 2 ** 20
@@ -35,12 +38,13 @@ MIB = 2 ** 20
 def step_memory(config_name: str, rows: int, length: int, k: int) -> dict:
   """memory_analysis() of the compiled train step for a [rows, length] + [rows, length] batch."""
   config = CONFIGS[config_name].get_config()
-  model_config = config_lib.validate(config)
-  mesh = train.make_mesh(jax.devices()[:1])
+  model_config = ModelConfig.from_config(config)
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
   tx = optim.make_optimizer(config)
-  state = jax.eval_shape(lambda: train.create_train_state(Transformer(model_config), tx, 0, mesh))
-  train_fn, _ = train.compile_steps(model_config, tx, config.label_smoothing, mesh,
-                                    grad_accum_steps=k)
+  state = jax.eval_shape(
+      lambda: train_step.create_train_state(Transformer(model_config), tx, 0, mesh))
+  train_fn, _ = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh,
+                                         grad_accum_steps=k)
   batch = {key: jax.ShapeDtypeStruct((rows, length), np.int32) for key in ('inputs', 'targets')}
   start = time.perf_counter()
   memory = train_fn.lower(state, batch).compile().memory_analysis()

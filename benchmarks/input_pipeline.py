@@ -24,15 +24,19 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from experiments import wmt_ende_base  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t2t_jax import data, tokenizer  # pylint: disable=g-import-not-at-top,wrong-import-position
+import wmt_sample  # noqa: E402  (benchmarks/wmt_sample.py)
+
+from experiments import wmt_ende_base  # noqa: E402
+from t2t_jax import batching, data, tokenizer, xla  # noqa: E402
+
+xla.configure_cpu()
 
 
 def parse_args() -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--data', default=os.path.join(
-      REPO, '..', 'shared', 'data', 'wmt_ende_sample', 'train'),
-                      help='PREFIX of PREFIX.en and PREFIX.de')
+  parser.add_argument('--data', default=None,
+                      help='PREFIX of PREFIX.en and PREFIX.de (default: the WMT sample\'s '
+                      'train, from $T2T_WMT_SAMPLE)')
   # A 10k-pair sample cannot support the paper's 37000 pieces.
   parser.add_argument('--vocab_size', type=int, default=8000)
   parser.add_argument('--tokens_per_batch', type=int, default=25000)  # §5.1
@@ -46,7 +50,7 @@ def parse_args() -> argparse.Namespace:
 def make_config(args: argparse.Namespace):
   config = wmt_ende_base.get_config()
   config.dataset = 'files'
-  config.train_files = os.path.normpath(args.data)
+  config.train_files = os.path.normpath(args.data or wmt_sample.prefix('train'))
   config.dev_files = config.test_files = ''
   config.vocab_size = args.vocab_size
   config.tokens_per_batch = args.tokens_per_batch
@@ -61,7 +65,7 @@ def read_both_sides(config) -> Iterator[str]:
       yield from (line.rstrip('\n') for line in f)
 
 
-def draw(train: data.TrainIterator, num_batches: int) -> dict[str, float]:
+def draw(train: batching.TrainIterator, num_batches: int) -> dict[str, float]:
   real = slots = 0
   shapes = set()
   start = time.perf_counter()

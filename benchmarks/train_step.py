@@ -22,8 +22,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import demo, wmt_ende_base  # noqa: E402
-from t2t_jax import config_lib, optim, train  # noqa: E402
-from t2t_jax.model import Transformer  # noqa: E402
+from t2t_jax import mesh as mesh_lib  # noqa: E402
+from t2t_jax import optim, train_step, xla  # noqa: E402
+from t2t_jax.model import ModelConfig, Transformer  # noqa: E402
+
+xla.configure_cpu()
 
 SHAPES = {'base': (wmt_ende_base, 32, 64), 'demo': (demo, 64, 16)}  # config, rows, length
 
@@ -37,12 +40,12 @@ def random_batch(rows: int, length: int, vocab_size: int, seed: int = 0) -> dict
 def bench_config(name: str, steps: int) -> dict:
   module, rows, length = SHAPES[name]
   config = module.get_config()
-  model_config = config_lib.validate(config)
-  mesh = train.make_mesh(jax.devices()[:1])
+  model_config = ModelConfig.from_config(config)
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
   tx = optim.make_optimizer(config)
-  state = train.create_train_state(Transformer(model_config), tx, 0, mesh)
-  train_fn, _ = train.compile_steps(model_config, tx, config.label_smoothing, mesh)
-  batch = train.shard_batch(random_batch(rows, length, config.vocab_size), mesh)
+  state = train_step.create_train_state(Transformer(model_config), tx, 0, mesh)
+  train_fn, _ = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh)
+  batch = mesh_lib.shard_batch(random_batch(rows, length, config.vocab_size), mesh)
   t0 = time.perf_counter()
   compiled = train_fn.lower(state, batch).compile()
   compile_s = time.perf_counter() - t0

@@ -1,11 +1,12 @@
 """The built-in demo: a small Transformer on a generated English→German corpus, sized for
 a 2-core CPU (the README's first command: about 10 minutes, test BLEU above 90).
 
-The corpus (t2t_jax/demo_corpus.py) is a seeded grammar with German gender, case and
+The corpus (t2t_jax/demo_corpus/) is a seeded grammar with German gender, case and
 verb-final subordinate clauses; it is written into WORKDIR/demo_corpus/ on first use.
 Same architecture and recipe as the paper, scaled down; see wmt_ende_base.py for the keys.
-Train it on real text instead with
-  --config.dataset=files --config.train_files=../shared/data/wmt_ende_sample/train ...
+Train it on your own files instead with
+  --config.dataset=files --config.train_files=PREFIX ...
+(reading PREFIX.en and PREFIX.de, one sentence a line; experiments/wmt_sample.py does so).
 """
 import ml_collections
 

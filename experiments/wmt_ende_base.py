@@ -21,7 +21,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.train_split = 'train'
   config.dev_split = 'validation'  # newstest2013, §6.2
   config.test_split = 'test'  # newstest2014, §6.1
-  config.train_files = ''  # dataset='files': PREFIX, reading PREFIX.<source_lang>, PREFIX.<target_lang>
+  # dataset='files': PREFIX, reading PREFIX.<source_lang> and PREFIX.<target_lang>
+  config.train_files = ''
   config.dev_files = ''
   config.test_files = ''
   config.vocab_size = 37000  # shared source-target BPE vocabulary, §5.1

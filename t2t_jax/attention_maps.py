@@ -7,13 +7,14 @@ on (sentence, translation) with the attention weights sown by MultiHeadAttention
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
 
-from t2t_jax import evaluate
+from t2t_jax import errors, evaluate
 from t2t_jax.model import ModelConfig, Transformer
 
 KINDS = {  # sown name -> (title, query side, key side)
@@ -42,9 +43,9 @@ def attention_weights(params: Any, model_config: ModelConfig, src: Sequence[int]
 def plot(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str],
          title: str, path: str) -> None:
   """One panel per head: rows are queries, columns keys, darker = more attention."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib  # only --mode=attention draws: importing it costs ~1 s
   matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt  # after use('Agg'): no display needed
   heads = weights.shape[0]
   cols = min(heads, 4)
   rows = -(-heads // cols)
@@ -67,7 +68,7 @@ def plot(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[
 def run(config: ml_collections.ConfigDict, workdir: str, sentence: str, out_dir: str | None,
         layers: Sequence[int] | None = None) -> list[str]:
   """Translates `sentence`, then writes the heatmaps of `layers` (default: all)."""
-  translator = evaluate.Translator(config, workdir)
+  translator = evaluate.Translator(config, workdir, mode='attention')
   translation = translator([sentence])[0]
   tokenizer = translator.tokenizer
   src, tgt = tokenizer.encode(sentence), tokenizer.encode(translation)
@@ -80,7 +81,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, sentence: str, out_dir:
   chosen = list(range(num_layers)) if not layers else [int(i) for i in layers]
   for i in chosen:
     if not 0 <= i < num_layers:
-      raise ValueError(f'--layers: layer {i} does not exist (the model has {num_layers})')
+      raise errors.UserError(f'--layers: layer {i} does not exist (the model has {num_layers})')
   weights = attention_weights(translator.params, translator.model_config, src, tgt)
   paths = []
   for (kind, layer), w in sorted(weights.items()):

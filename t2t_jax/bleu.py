@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import sacrebleu
 from sacremoses import MosesTokenizer

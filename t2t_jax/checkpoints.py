@@ -16,9 +16,11 @@ checkpoint that stays unreadable after retries is moved aside, not deleted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +28,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
+from t2t_jax import distributed, errors
 from t2t_jax.model import ModelConfig
 
 CHECKPOINTS = 'checkpoints'
@@ -39,7 +42,7 @@ RETRY_SECONDS = 2.0
 Shapes = dict[str, tuple[int, ...]]
 
 
-class CheckpointMismatch(ValueError):
+class CheckpointMismatch(errors.UserError):
   """A checkpoint holds parameters of another shape or structure than the model asked for."""
 
   def __init__(self, where: str, differences: list[tuple[str, Any, Any]]):
@@ -49,7 +52,7 @@ class CheckpointMismatch(ValueError):
                      f'config ({len(differences)} parameter(s) differ)')
 
 
-class CheckpointNotSaved(RuntimeError):
+class CheckpointNotSaved(errors.UserError):
   """orbax declined a save (it never writes a step at or below its latest one)."""
 
 
@@ -116,8 +119,8 @@ class Checkpointer:
     steps = sorted(self._manager.all_steps(), reverse=True)
     if step:
       if step not in steps:
-        raise ValueError(f'config.restore_step={step}: {self.directory} has no checkpoint '
-                         f'{step} (it has {sorted(steps)})')
+        raise errors.UserError(f'config.restore_step={step}: {self.directory} has no checkpoint '
+                               f'{step} (it has {sorted(steps)})')
       steps = [step]
     for candidate in steps:
       try:
@@ -126,11 +129,11 @@ class Checkpointer:
         raise
       except Exception as e:  # noqa: BLE001 — after retries, any failure to read is "unreadable"
         if step:
-          raise ValueError(f'config.restore_step={step}: {self.directory}/{step} is unreadable '
-                           f'({type(e).__name__}: {str(e)[:300]})') from e
+          raise errors.UserError(f'config.restore_step={step}: {self.directory}/{step} is '
+                                 f'unreadable ({type(e).__name__}: {str(e)[:300]})') from e
         self._move_aside(candidate, e)
     if self.set_aside():
-      raise ValueError(
+      raise errors.UserError(
           f'No readable checkpoint in {self.directory}; unreadable ones were moved to '
           f'{", ".join(self.set_aside())}. Starting again from step 0 would lose the run: find '
           'out why they fail (a full disk? other code?), or set --config.restart=True to '
@@ -147,7 +150,7 @@ class Checkpointer:
       while os.path.exists(target):  # the same step was set aside before
         target += '+'
       os.rename(os.path.join(self.directory, str(step)), target)
-    _sync('t2t_jax_checkpoint_aside')
+    distributed.sync('t2t_jax_checkpoint_aside')
     self._manager.reload()
     logging.warning('Checkpoint %d in %s is unreadable (%s: %s); moved it to %s and trying the '
                     'one before.', step, self.directory, type(error).__name__, str(error)[:300],
@@ -162,7 +165,7 @@ class Checkpointer:
         data=ocp.args.JsonRestore()))
     ts = restored['train_state']
     if int(ts['step']) != step:
-      raise ValueError(f'step {int(ts["step"])} stored under directory {step}')
+      raise OSError(f'step {int(ts["step"])} stored under directory {step}')  # unreadable
     new_state = state.replace(step=ts['step'], params=restored['params'],
                               opt_state=ts['opt_state'], rng=ts['rng'])
     logging.info('Restored checkpoint %d from %s', step, self.directory)
@@ -196,12 +199,6 @@ def retry(read: Callable[[], Any], what: str) -> Any:
       logging.warning('Reading %s failed (%s: %s); retrying in %.0f s.', what, type(e).__name__,
                       str(e)[:200], RETRY_SECONDS * attempt)
       time.sleep(RETRY_SECONDS * attempt)
-
-
-def _sync(name: str) -> None:
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
-    multihost_utils.sync_global_devices(name)
 
 
 def shapes(tree: Any) -> Shapes:
@@ -249,7 +246,7 @@ def config_keys_behind(differences: list[tuple[str, Any, Any]], model: ModelConf
     if have is None or want is None:
       keys.add('config.model.positional' if 'positions' in name else 'config.model.num_layers')
       continue
-    for i, (h, w) in enumerate(zip(have, want)):
+    for h, w in zip(have, want, strict=False):  # ranks may differ
       if h != w:
         keys.update(key for key, value in sizes.items() if value == w)
   return sorted(keys)
@@ -321,7 +318,7 @@ def load_params(workdir: str, *, which: str = 'auto', step: int = 0) -> Loaded:
   step that cannot be read is an error.
   """
   if which not in PARAMS_CHOICES:
-    raise ValueError(f'config.decode_params={which!r}: choose one of {PARAMS_CHOICES}')
+    raise errors.UserError(f'config.decode_params={which!r}: choose one of {PARAMS_CHOICES}')
   kinds = {'auto': ('averaged', 'checkpoint'), 'averaged': ('averaged',),
            'checkpoint': ('checkpoint',)}[which]
   for kind in kinds:
@@ -332,16 +329,16 @@ def load_params(workdir: str, *, which: str = 'auto', step: int = 0) -> Loaded:
     for s in reversed(steps):
       where = os.path.join(workdir, subdir, str(s))
       try:
-        return Loaded(retry(lambda: _restore_params(os.path.join(workdir, subdir), s), where),
-                      kind, s)
+        read = functools.partial(_restore_params, os.path.join(workdir, subdir), s)
+        return Loaded(retry(read, where), kind, s)
       except Exception as e:  # noqa: BLE001 — named, then the one before is tried
         if step:
-          raise ValueError(f'config.restore_step={step}: {where} is unreadable '
-                           f'({type(e).__name__}: {str(e)[:300]})') from e
+          raise errors.UserError(f'config.restore_step={step}: {where} is unreadable '
+                                 f'({type(e).__name__}: {str(e)[:300]})') from e
         logging.warning('%s is unreadable (%s: %s); using the one before it.', where,
                         type(e).__name__, str(e)[:300])
   wanted = f'step {step} ' if step else ''
-  raise FileNotFoundError(
+  raise errors.MissingFileError(
       f'No readable {" or ".join(kinds)} {wanted}in {workdir} (config.decode_params={which!r}'
       f'{f", config.restore_step={step}" if step else ""}): train first (--mode=train), or '
       '--mode=average for averaged parameters')
@@ -368,17 +365,17 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
   steps = checkpoint_steps(workdir)
   if step:
     if step not in steps:
-      raise ValueError(f'config.restore_step={step}: {directory} has no checkpoint {step} '
-                       f'(it has {steps})')
+      raise errors.UserError(f'config.restore_step={step}: {directory} has no checkpoint {step} '
+                             f'(it has {steps})')
     steps = [s for s in steps if s <= step]
   if not steps:
-    raise FileNotFoundError(f'No checkpoint in {directory} to average')
+    raise errors.MissingFileError(f'No checkpoint in {directory} to average')
   chosen, total, dtypes = [], None, None
   for s in reversed(steps):
     if len(chosen) == last:
       break
     try:
-      params = retry(lambda: _restore_params(directory, s), f'{directory}/{s}')
+      params = retry(functools.partial(_restore_params, directory, s), f'{directory}/{s}')
     except Exception as e:  # noqa: BLE001 — named and skipped
       logging.warning('%s/%d is unreadable (%s: %s); averaging without it.', directory, s,
                       type(e).__name__, str(e)[:300])
@@ -388,12 +385,12 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
     total = params32 if total is None else jax.tree_util.tree_map(np.add, total, params32)
     dtypes = jax.tree_util.tree_map(lambda x: np.asarray(x).dtype, params)
   if not chosen:
-    raise ValueError(f'No readable checkpoint in {directory} to average (see the warnings)')
+    raise errors.UserError(f'No readable checkpoint in {directory} to average (see the warnings)')
   if len(chosen) < last:
     message = (f'config.average_last={last} but {directory} holds only {len(chosen)} readable '
                f'checkpoint(s){f" up to step {step}" if step else ""}: {chosen}')
     if not allow_fewer:
-      raise ValueError(message + '; set --config.average_allow_fewer=True to average those')
+      raise errors.UserError(message + '; set --config.average_allow_fewer=True to average those')
     logging.warning('%s; averaging those.', message)
   mean = jax.tree_util.tree_map(lambda t, d: (t / len(chosen)).astype(d), total, dtypes)
   save_params(os.path.join(workdir, AVERAGED), chosen[-1], mean)

@@ -1,9 +1,19 @@
-"""Checks an experiment config before anything is built, naming the key that is wrong.
+"""Checks an experiment config before any work, naming the key that is wrong.
 
-`validate` (every mode of main.py calls it first) reads RULES, one rule a key of
-experiments/wmt_ende_base.py and demo.py, then the few rules that tie two keys together.
+One validator, driven by tables: RULES (every top-level key of experiments/wmt_ende_base.py
+and demo.py), MODEL_RULES (the keys of config.model, §3 and Table 3) and DATASET_KEYS (what
+each config.dataset needs in the modes that read its text, §5.1), then the few rules that
+tie two keys together. Every mode of main.py calls `validate` first; model.ModelConfig calls
+`check_model`, the same tables and messages, so that a ModelConfig built by hand (the Python
+API) is held to the rules of one built from a config. Every mistake is an errors.UserError
+that starts `config.<key>: `.
+
 `command_line_error` turns a --config file, Table 3 row or --config.KEY that does not exist
 into one line naming the nearest valid names, instead of a traceback from ml_collections.
+
+Of the project this imports only t2t_jax.errors: the config is checked before the data and
+the model are built from it (config → data → model), so model.py imports this module, never
+the reverse.
 """
 from __future__ import annotations
 
@@ -12,18 +22,24 @@ import difflib
 import glob
 import importlib.machinery
 import importlib.util
+import numbers
 import os
 import re
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import jax
 import ml_collections
 
-from t2t_jax.model import ModelConfig
+from t2t_jax import errors
 
+# main.py's --mode choices; only 'train' and 'eval' read config.dataset's text.
+MODES = ('train', 'params', 'average', 'translate', 'eval', 'attention')
 DATASETS = ('tfds', 'files', 'demo', 'synthetic')
 EVAL_SPLITS = ('dev', 'test')
 DECODE_PARAMS = ('auto', 'averaged', 'checkpoint')
+POSITIONAL = ('sinusoidal', 'learned')  # §3.5; 'learned' is Table 3 row (E)
+COMPUTE_DTYPES = ('float32', 'bfloat16', 'float16')
 EXPERIMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            'experiments')
 
@@ -36,12 +52,13 @@ class Rule:
 
 
 def _is_int(value: Any) -> bool:
-  # bool is an int to Python, and ConfigDict lets True into an int field.
-  return isinstance(value, int) and not isinstance(value, bool)
+  # bool is an int to Python, and ConfigDict lets True into an int field; numbers.Integral
+  # also admits NumPy integers, which Python API users may pass to ModelConfig.
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:
-  return isinstance(value, (int, float)) and not isinstance(value, bool)
+  return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def int_at_least(low: int, note: str = '') -> Rule:
@@ -53,8 +70,8 @@ def number_at_least(low: float, note: str = '') -> Rule:
   return Rule(f'a number ≥ {low:g}{note}', lambda v: _is_number(v) and v >= low)
 
 
-def one_of(*choices: str) -> Rule:
-  return Rule(f'one of {choices}', lambda v: isinstance(v, str) and v in choices)
+def one_of(*choices: str, note: str = '') -> Rule:
+  return Rule(f'one of {choices}{note}', lambda v: isinstance(v, str) and v in choices)
 
 
 def text(note: str = '', *, empty_ok: bool = False) -> Rule:
@@ -64,12 +81,15 @@ def text(note: str = '', *, empty_ok: bool = False) -> Rule:
 
 POSITIVE_INT = int_at_least(1)
 POSITIVE_NUMBER = Rule('a number > 0', lambda v: _is_number(v) and v > 0)
-FRACTION = Rule('in [0, 1)', lambda v: _is_number(v) and 0 <= v < 1)  # ε_ls, β1, β2
+FRACTION = Rule('in [0, 1)', lambda v: _is_number(v) and 0 <= v < 1)  # ε_ls, β1, β2, P_drop
 BOOL = Rule('True or False', lambda v: isinstance(v, bool))
 # numpy's seeding refuses negative seeds and jax.random.PRNGKey anything past int64.
 SEED = Rule('an integer in [0, 2**63)', lambda v: _is_int(v) and 0 <= v < 2**63)
-MODEL = Rule('a ConfigDict of model keys (each checked by model.ModelConfig, §3)',
+MODEL = Rule('a ConfigDict of model keys (each checked by MODEL_RULES, §3)',
              lambda v: isinstance(v, ml_collections.ConfigDict))
+# d_k, d_v: None means d_model / h (§3.2.2); Table 3 rows (A) and (B) set them.
+HEAD_SIZE = Rule('a positive integer or None (None: d_model / num_heads)',
+                 lambda v: v is None or (_is_int(v) and v >= 1))
 
 # Every key of experiments/wmt_ende_base.py and demo.py (tests/test_configs.py checks that
 # none is missing). The numbers' meaning and sections are in wmt_ende_base.py.
@@ -97,7 +117,7 @@ RULES: dict[str, Rule] = {
     'eval_tokens_per_batch': POSITIVE_INT,
     'bucket_growth': number_at_least(1),
     'bucket_band': int_at_least(0, ' (0 = pad both sides to the longer)'),
-    # Model, §3 and Table 3
+    # Model, §3 and Table 3: its keys are MODEL_RULES'
     'model': MODEL,
     # Training, §5.2-§5.4
     'label_smoothing': FRACTION,
@@ -132,22 +152,50 @@ RULES: dict[str, Rule] = {
     # Plumbing
     'compilation_cache_dir': text(" ('' = no compilation cache)", empty_ok=True),
 }
-# Keys only some datasets' configs have: checked when present.
-OPTIONAL_KEYS = frozenset({'demo_num_train', 'demo_num_eval', 'demo_seed'})
+
+# Every key of config.model: the fields of model.ModelConfig but vocab_size (shared with the
+# data, §5.1) and the mode flags deterministic and decode (tests/test_configs.py compares).
+MODEL_RULES: dict[str, Rule] = {
+    'num_layers': POSITIVE_INT,  # N, §3.1
+    'd_model': POSITIVE_INT,  # §3.1
+    'd_ff': POSITIVE_INT,  # §3.3
+    'num_heads': POSITIVE_INT,  # h, §3.2.2
+    'd_k': HEAD_SIZE,
+    'd_v': HEAD_SIZE,
+    'dropout_rate': FRACTION,  # P_drop, §5.4
+    'positional': one_of(*POSITIONAL),
+    'max_len': POSITIVE_INT,  # positions a learned embedding covers
+    'dtype': one_of('auto', *COMPUTE_DTYPES),  # 'auto': compute_dtype()
+}
+# A ModelConfig holds the compute dtype itself: ModelConfig.from_config resolved 'auto'.
+CONCRETE_DTYPE = one_of(*COMPUTE_DTYPES, note=" ('auto' is resolved by "
+                                               "ModelConfig.from_config)")
 
 
-def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
-  """ModelConfig straight from `config.model` (and the shared `config.vocab_size`), with
-  dtype 'auto' made the compute dtype of this machine's accelerator (`compute_dtype`)."""
-  known = {f.name for f in dataclasses.fields(ModelConfig)} - {'vocab_size', 'deterministic',
-                                                               'decode'}
-  unknown = sorted(set(config.model.keys()) - known)
-  if unknown:
-    raise ValueError(f'config.model.{unknown[0]}: unknown key; known keys: {sorted(known)}')
-  fields = config.model.to_dict()
-  if fields.get('dtype') == 'auto':
-    fields['dtype'] = compute_dtype()
-  return ModelConfig(vocab_size=config.vocab_size, **fields)
+@dataclasses.dataclass(frozen=True)
+class DatasetNeeds:
+  """The keys one config.dataset needs set, by mode, and what to do about a missing one."""
+  keys: dict[str, tuple[str, ...]]  # mode -> keys; '{eval_split}' is config.eval_split
+  how: str  # the message's advice; {key}, {source_lang} and {target_lang} are filled in
+
+
+DEMO_KEYS = ('demo_num_train', 'demo_num_eval', 'demo_seed')
+# Only 'train' and 'eval' read the dataset's text (demo: generate it); params, average,
+# translate and attention read the workdir alone, so they need no data keys.
+DATASET_KEYS: dict[str, DatasetNeeds] = {
+    'tfds': DatasetNeeds({'train': ('tfds_name', 'train_split'),
+                          'eval': ('tfds_name', '{eval_split}_split')},
+                         'pass --config.{key}=SPLIT, a split of config.tfds_name'),
+    'files': DatasetNeeds({'train': ('train_files',), 'eval': ('{eval_split}_files',)},
+                          'pass --config.{key}=PREFIX: reads PREFIX.{source_lang} and '
+                          'PREFIX.{target_lang}, one sentence a line'),
+    'demo': DatasetNeeds({'train': DEMO_KEYS, 'eval': DEMO_KEYS},
+                         'see experiments/demo.py'),
+    'synthetic': DatasetNeeds({}, ''),  # generated from config.seed and the sizes alone
+}
+# Keys only some datasets' configs have: checked by RULES when present, required by
+# DATASET_KEYS where the dataset needs them.
+OPTIONAL_KEYS = frozenset(DEMO_KEYS)
 
 
 def compute_dtype(backend: str | None = None) -> str:
@@ -158,46 +206,122 @@ def compute_dtype(backend: str | None = None) -> str:
   loss stay float32 (model.py). A deviation from the paper, which trained in float32 on
   P100s, in exchange for ~2× speed; --config.model.dtype=float32 restores it.
   """
+  # Only here does validating a config start a JAX backend: --distributed initialises first.
   backend = backend or jax.default_backend()
   return 'float32' if backend == 'cpu' else 'bfloat16'
 
 
-def validate(config: ml_collections.ConfigDict) -> ModelConfig:
-  """Raises ValueError `config.<key>: must be ..., got ...` for the first bad key (RULES, then
-  the model's keys, then the rules across keys); returns the model's config."""
+def validate(config: ml_collections.ConfigDict, mode: str = 'train') -> None:
+  """Raises errors.UserError `config.<key>: ...` for the first mistake, before any work.
+
+  In order: RULES (every top-level key, in every mode: a bad value fails the quick
+  `--mode=params` as it would fail the training that reads it, not hours later in an eval),
+  config.model's keys (MODEL_RULES; no unknown ones), the keys config.dataset needs in this
+  `mode` (DATASET_KEYS: only train and eval read the data, so only they need its paths),
+  then the rules across keys. `mode` is one of MODES. Builds nothing: the model's dataclass
+  is model.ModelConfig.from_config(config), which resolves dtype 'auto'.
+  """
+  if mode not in MODES:  # the caller's bug, not the user's
+    raise ValueError(f'mode={mode!r}: not one of {MODES}')
   for key, rule in RULES.items():
     if key not in config:
       if key in OPTIONAL_KEYS:
         continue
-      raise ValueError(f'config.{key}: missing; it must be {rule.allowed} (every config '
-                       'has it: build on experiments/wmt_ende_base.py)')
-    if not rule.test(config[key]):
-      raise ValueError(f'config.{key}: must be {rule.allowed}, got {config[key]!r}')
-  model = model_config(config)
-  _check_across_keys(config, model)
-  return model
+      raise _missing(key, rule)
+    _check_value(key, config[key], rule)
+  check_model_keys_known(config.model.keys())
+  _check_model_values(config.model, MODEL_RULES)
+  _check_dataset_keys(config, mode)
+  _check_across_keys(config)
 
 
-def _check_across_keys(config: ml_collections.ConfigDict, model: ModelConfig) -> None:
+def check_model(fields: Mapping[str, Any]) -> None:
+  """Raises errors.UserError for a bad field of model.ModelConfig, as `validate` would for
+  config.model and config.vocab_size: the same tables and messages.
+
+  `fields`: vocab_size and the MODEL_RULES keys; others (the mode flags deterministic and
+  decode, which are no config keys) are ignored. dtype is the compute dtype itself here:
+  'auto' is for configs, resolved by ModelConfig.from_config.
+  """
+  if 'vocab_size' not in fields:
+    raise _missing('vocab_size', RULES['vocab_size'])
+  _check_value('vocab_size', fields['vocab_size'], RULES['vocab_size'])
+  _check_model_values(fields, {**MODEL_RULES, 'dtype': CONCRETE_DTYPE})
+
+
+def check_model_keys_known(keys: Iterable[str]) -> None:
+  """Raises errors.UserError for a key of config.model that no MODEL_RULES (nor a field of
+  model.ModelConfig) has: a misspelt key would otherwise be silently ignored."""
+  unknown = sorted(set(keys) - set(MODEL_RULES))
+  if unknown:
+    raise errors.UserError(f'config.model.{unknown[0]}: unknown key; known keys: '
+                           f'{sorted(MODEL_RULES)}')
+
+
+def _missing(key: str, rule: Rule) -> errors.UserError:
+  return errors.UserError(f'config.{key}: missing; it must be {rule.allowed} (every config '
+                          'has it: build on experiments/wmt_ende_base.py)')
+
+
+def _check_value(key: str, value: Any, rule: Rule) -> None:
+  if not rule.test(value):
+    raise errors.UserError(f'config.{key}: must be {rule.allowed}, got {value!r}')
+
+
+def _check_model_values(values: Mapping[str, Any] | ml_collections.ConfigDict,
+                        rules: Mapping[str, Rule]) -> None:
+  """`rules` on the model's keys, then the per-head sizes that an unset d_k or d_v implies."""
+  for key, rule in rules.items():
+    if key not in values:
+      raise _missing(f'model.{key}', rule)
+    _check_value(f'model.{key}', values[key], rule)
+  for key in ('d_k', 'd_v'):
+    # None means d_model / h (§3.2.2), which must then be a whole number of dimensions.
+    if values[key] is None and values['d_model'] % values['num_heads']:
+      raise errors.UserError(
+          f'config.model.{key}: unset, so it would be d_model / num_heads = '
+          f'{values["d_model"]} / {values["num_heads"]}, which is not a whole number; set it '
+          'or change num_heads')
+
+
+def _check_dataset_keys(config: ml_collections.ConfigDict, mode: str) -> None:
+  """The keys config.dataset needs in `mode` (DATASET_KEYS): present and not empty."""
+  needs = DATASET_KEYS[config.dataset]
+  for pattern in needs.keys.get(mode, ()):
+    key = pattern.format(eval_split=config.eval_split)
+    how = needs.how.format(key=key, source_lang=config.source_lang,
+                           target_lang=config.target_lang)
+    needed = f'config.dataset={config.dataset!r} needs it'
+    if key not in config:
+      raise errors.UserError(f'config.{key}: missing; {needed} ({how})')
+    if isinstance(config[key], str) and not config[key].strip():
+      split = (f' with config.eval_split={config.eval_split!r}' if '{eval_split}' in pattern
+               else '')
+      raise errors.UserError(f'config.{key}: empty; {needed} for --mode={mode}{split} ({how})')
+
+
+def _check_across_keys(config: ml_collections.ConfigDict) -> None:
   """The rules that tie two keys together."""
   if config.target_lang == config.source_lang:
-    raise ValueError(f'config.target_lang: must differ from config.source_lang, got '
-                     f'{config.target_lang!r} for both')
+    raise errors.UserError(f'config.target_lang: must differ from config.source_lang, got '
+                           f'{config.target_lang!r} for both')
   if config.average_last > config.keep_checkpoints:
-    raise ValueError(f'config.average_last: must be ≤ config.keep_checkpoints '
-                     f'({config.keep_checkpoints}), the checkpoints kept to average (§6.1), '
-                     f'got {config.average_last}')
+    raise errors.UserError(f'config.average_last: must be ≤ config.keep_checkpoints '
+                           f'({config.keep_checkpoints}), the checkpoints kept to average '
+                           f'(§6.1), got {config.average_last}')
+  model = config.model
   if model.positional != 'learned':
     return  # sinusoids (§3.5) extend to any length
   # A learned embedding has positions 0..max_len-1 only (Table 3 row E).
   if model.max_len < config.max_length:
-    raise ValueError(f'config.model.max_len: must be ≥ config.max_length ({config.max_length}) '
-                     f'with learned positions, or training sentences run out of positions, '
-                     f'got {model.max_len}')
+    raise errors.UserError(
+        f'config.model.max_len: must be ≥ config.max_length ({config.max_length}) with '
+        f'learned positions, or training sentences run out of positions, got {model.max_len}')
   if config.decode_extra_length >= model.max_len:
-    raise ValueError(f'config.decode_extra_length: must be < config.model.max_len '
-                     f'({model.max_len}) with learned positions: the decoder needs input + '
-                     f'decode_extra_length positions, got {config.decode_extra_length}')
+    raise errors.UserError(
+        f'config.decode_extra_length: must be < config.model.max_len ({model.max_len}) with '
+        f'learned positions: the decoder needs input + decode_extra_length positions, got '
+        f'{config.decode_extra_length}')
 
 
 # ------------------------------------------------------- mistakes on the command line

@@ -33,13 +33,15 @@ Shapes: b = batch, k = beam, v = vocabulary, T = cache length (the longest outpu
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from t2t_jax.model import PAD_ID, ModelConfig, Transformer
+from t2t_jax.model import ModelConfig, Transformer
+from t2t_jax.tokenizer import EOS_ID, PAD_ID
 
 Array = jax.Array
 Cache = Any  # the model's 'cache' collection, a nested dict of arrays
@@ -47,7 +49,6 @@ Cache = Any  # the model's 'cache' collection, a nested dict of arrays
 StepFn = Callable[[Any, Array, Array, int], tuple[Array, Any]]
 
 NEG_INF = -jnp.inf  # a true -inf: scores are only ever added, divided by lp > 0 and compared
-EOS_ID = 1  # t2t_jax.synthetic.EOS_ID and the SentencePiece EOS
 
 
 class Beams(NamedTuple):
@@ -139,7 +140,7 @@ def grow_cache(cache: Cache, shapes: Cache) -> Cache:
   def grow(path: tuple, x: Array, shape: jax.ShapeDtypeStruct) -> Array:
     if _leaf_name(path) not in ('cached_key', 'cached_value') or x.shape == shape.shape:
       return x
-    return jnp.pad(x, [(0, new - old) for old, new in zip(x.shape, shape.shape)])
+    return jnp.pad(x, [(0, new - old) for old, new in zip(x.shape, shape.shape, strict=True)])
   return jax.tree_util.tree_map_with_path(grow, cache, shapes)
 
 
@@ -349,14 +350,6 @@ def beam_search(params: Any, src: Array, *, config: ModelConfig, beam_size: int 
                  extra_length=extra_length, eos_id=eos_id, early_stop=early_stop,
                  use_cache=use_cache)
   return beams.finished_seq[:, 1:], beams.finished_score
-
-
-def make_decoder(config: ModelConfig, *, beam_size: int = 4, alpha: float = 0.6,
-                 extra_length: int = 50, eos_id: int = EOS_ID, early_stop: bool = True,
-                 ) -> Callable[[Any, Array], tuple[Array, Array]]:
-  """(params, src [b, s]) -> (ids [b, T], scores [b]), jitted; for evaluation loops."""
-  return functools.partial(beam_search, config=config, beam_size=beam_size, alpha=alpha,
-                           extra_length=extra_length, eos_id=eos_id, early_stop=early_stop)
 
 
 def greedy_decode(params: Any, src: Array, *, config: ModelConfig, extra_length: int = 50,

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import jax
 import numpy as np
 from absl import logging
+from jax.experimental import multihost_utils
+
+from t2t_jax import errors
 
 T = TypeVar('T')
 
@@ -40,7 +44,7 @@ def initialize(*, heartbeat_timeout_s: int = 60) -> None:
       try:
         kwargs[key] = int(env[name])
       except ValueError:
-        raise ValueError(f'{name}={env[name]!r}: must be an integer') from None
+        raise errors.UserError(f'{name}={env[name]!r}: must be an integer') from None
   jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout_s, **kwargs)
   logging.info('Process %d of %d; %d local and %d global devices.', jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())
@@ -52,14 +56,12 @@ def agree(values: np.ndarray) -> np.ndarray:
   values = np.asarray(values)
   if jax.process_count() == 1:
     return values
-  from jax.experimental import multihost_utils  # only multi-process runs need it
   return np.asarray(multihost_utils.process_allgather(values)).max(axis=0)
 
 
 def sync(name: str) -> None:
   """Waits until every process gets here."""
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils  # only multi-process runs need it
     multihost_utils.sync_global_devices(name)
 
 
@@ -80,14 +82,13 @@ def check_same(fingerprints: dict[str, str]) -> None:
   is the same clear error on every host, not a hang in the first collective."""
   if jax.process_count() == 1:
     return
-  from jax.experimental import multihost_utils  # only multi-process runs need it
   names = sorted(fingerprints)
   mine = np.array([int.from_bytes(hashlib.sha256(fingerprints[n].encode()).digest()[:7], 'big')
                    for n in names], np.int64)
   every = np.asarray(multihost_utils.process_allgather(mine))  # [processes, names]
   differ = [n for i, n in enumerate(names) if len(set(every[:, i].tolist())) > 1]
   if differ:
-    raise ValueError(
+    raise errors.UserError(
         f'The processes of this run differ in their {", ".join(differ)} (process '
         f'{jax.process_index()} of {jax.process_count()} has {[fingerprints[n] for n in differ]}): '
         'give every process the same command and config, and the same workdir on a file '

@@ -8,22 +8,26 @@ order.
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
 import sys
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
 from absl import logging
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
-from t2t_jax import bleu, checkpoints, config_lib, data, decode, files, train
+from t2t_jax import batching, bleu, checkpoints, config_lib, data, decode, errors, files, sources
 from t2t_jax import workdir as workdir_lib
-from t2t_jax.model import PAD_ID, ModelConfig, Transformer
+from t2t_jax.mesh import AXIS, make_mesh, replicated, shard_batch
+from t2t_jax.model import ModelConfig, Transformer
+from t2t_jax.tokenizer import PAD_ID
 
 EVAL = 'eval'
 
@@ -36,7 +40,7 @@ def decoding_batches(lengths: Sequence[int], *, tokens_per_batch: int, num_devic
   a multiple of num_devices); its last batch is filled up with empty rows.
   """
   lengths = np.asarray(lengths)
-  grid = data.bucket_lengths(max(int(lengths.max(initial=1)), 1), bucket_growth)
+  grid = batching.bucket_lengths(max(int(lengths.max(initial=1)), 1), bucket_growth)
   padded = grid[np.searchsorted(grid, lengths)]
   order = np.argsort(lengths, kind='stable')
   for length in np.unique(padded):
@@ -55,8 +59,8 @@ def make_sharded_decoder(model_config: ModelConfig, config: ml_collections.Confi
     return beams.finished_seq[:, 1:]
   # Each device's beam search stops when its own sentences are done: no collectives, and
   # no replication to check.
-  sharded = jax.shard_map(search, mesh=mesh, in_specs=(P(), P(train.AXIS)),
-                          out_specs=P(train.AXIS), check_vma=False)
+  sharded = jax.shard_map(search, mesh=mesh, in_specs=(P(), P(AXIS)),
+                          out_specs=P(AXIS), check_vma=False)
   return jax.jit(sharded)
 
 
@@ -73,7 +77,7 @@ def translate_ids(decoder: Callable, params: Any, token_ids: Sequence[Sequence[i
       src[r, :len(token_ids[i])] = token_ids[i]
     mine = slice(rows_per_process(rows) * jax.process_index(),
                  rows_per_process(rows) * (jax.process_index() + 1))
-    ids = decoder(params, train.shard_batch({'src': src[mine]}, mesh)['src'])
+    ids = decoder(params, shard_batch({'src': src[mine]}, mesh)['src'])
     ids = _gather_rows(ids)
     for r, i in enumerate(indices):
       outputs[i] = ids[r]
@@ -83,7 +87,6 @@ def translate_ids(decoder: Callable, params: Any, token_ids: Sequence[Sequence[i
 def _gather_rows(x: jax.Array) -> np.ndarray:
   if jax.process_count() == 1:
     return np.asarray(x)
-  from jax.experimental import multihost_utils
   return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
@@ -107,7 +110,7 @@ def translate(decoder: Callable, params: Any, sentences: Sequence[str], tokenize
     inputs.append(ids)
   outputs = translate_ids(decoder, params, inputs, config, mesh)
   translations = [''] * len(sentences)
-  for i, ids in zip(nonempty, outputs):
+  for i, ids in zip(nonempty, outputs, strict=True):
     translations[i] = one_line(tokenizer.decode(ids))
   return translations
 
@@ -129,19 +132,21 @@ class Translator:
   """Everything decoding needs, loaded once: config, tokenizer, params, mesh, decoder.
 
   The parameters are config.decode_params ('auto': averaged/ if there, else checkpoints/)
-  at config.restore_step (0: the newest).
+  at config.restore_step (0: the newest). `mode` is the --mode the config is checked for
+  (config_lib.validate): 'translate', 'eval' or 'attention'.
   """
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *, mode: str = 'translate'):
     self.config = config
-    self.model_config = config_lib.validate(config)
-    self.mesh = train.make_mesh()
+    config_lib.validate(config, mode)
+    self.model_config = ModelConfig.from_config(config)
+    self.mesh = make_mesh()
     self.tokenizer = data.load_tokenizer(config, workdir)
     loaded = checkpoints.load_params(workdir, which=config.decode_params,
                                      step=config.restore_step)
     self.source, self.kind, self.step = loaded.source, loaded.kind, loaded.step
     _check_params_match(loaded.params, config, self.model_config, self.source, workdir)
-    self.params = jax.device_put(loaded.params, jax.sharding.NamedSharding(self.mesh, P()))
+    self.params = jax.device_put(loaded.params, replicated(self.mesh))
     self.decoder = make_sharded_decoder(self.model_config, config, self.mesh)
     logging.info('Decoding with the parameters of %s (beam %d, alpha %.2f).', self.source,
                  config.beam_size, config.beam_alpha)
@@ -171,8 +176,8 @@ def _check_params_match(params: Any, config: ml_collections.ConfigDict,
     changes = (workdir_lib.config_differences(recorded, workdir_lib.config_dict(config))
                if recorded is not None else None)
     error = checkpoints.CheckpointMismatch(source, differences)
-    raise ValueError(f'{checkpoints.mismatch_message(error, model_config, changes)} Decode '
-                     'with the config the run was trained with.')
+    raise errors.UserError(f'{checkpoints.mismatch_message(error, model_config, changes)} Decode '
+                           'with the config the run was trained with.')
 
 
 def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: str,
@@ -180,10 +185,10 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
   """--mode=translate: lines of `input_path` ('-' = stdin) to `output_path` (None = stdout).
 
   Line i of the output is the translation of line i of the input: both are split on '\n'
-  alone, stdin exactly like a file (data.read_lines), and no translation holds a line break.
+  alone, stdin exactly like a file (sources.read_lines), and no translation holds a line break.
   """
-  sentences = data.read_lines(input_path)
-  translations = Translator(config, workdir)(sentences)
+  sentences = sources.read_lines(input_path)
+  translations = Translator(config, workdir, mode='translate')(sentences)
   text = ''.join(t + '\n' for t in translations)
   if output_path is not None:
     _write(output_path, text)
@@ -206,7 +211,7 @@ def eval_name(split: str, translator: Translator, config: ml_collections.ConfigD
 def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """--mode=eval: translate config.eval_split, write eval/<eval_name>/{hypotheses,
   references,scores}; scores.json is written last, so its presence means complete."""
-  translator = Translator(config, workdir)
+  translator = Translator(config, workdir, mode='eval')
   evalset = data.load_eval_set(config, workdir, config.eval_split,
                                tokenizer=translator.tokenizer)
   hypotheses = translator(evalset.sources)

@@ -19,13 +19,15 @@ from collections.abc import Iterator
 
 from absl import logging
 
+from t2t_jax import errors
+
 # A temporary folder older than this is abandoned even if its pid looks alive (pids are
 # reused); writing the vocabulary or the id cache takes minutes to an hour.
 _STALE_AFTER_S = 24 * 3600
 
 
 
-class DiskWriteError(OSError):
+class DiskWriteError(errors.UserError, OSError):
   """A disk full, a missing permission...: one line naming the path, no traceback."""
 
   def __init__(self, path: str, what: str, cause: OSError):
@@ -113,15 +115,34 @@ def fsync_path(path: str) -> None:
     os.close(fd)
 
 
+def publish(tmp: str, path: str) -> bool:
+  """Renames a written temporary file or folder `tmp` to `path`: the one atomic write.
+
+  Readers see all of it or nothing: its data reach the disk before the rename, and the
+  rename before we return. A folder `path` that already exists is kept (another process
+  or host wrote the same thing first) and False is returned; a file is replaced.
+  """
+  if os.path.isdir(tmp):
+    for name in os.listdir(tmp):
+      fsync_path(os.path.join(tmp, name))
+  fsync_path(tmp)
+  try:
+    os.replace(tmp, path)
+  except OSError:
+    if not os.path.isdir(path):
+      raise
+    return False
+  fsync_path(os.path.dirname(os.path.abspath(path)))
+  return True
+
+
 def write_text(path: str, text: str) -> None:
-  """Writes `path` whole or not at all: a temporary file, fsynced, renamed over it."""
+  """Writes `path` whole or not at all (UTF-8, '\n' line ends), through `publish`."""
   tmp = f'{path}.tmp-{os.getpid()}'
   try:
-    with open(tmp, 'w', encoding='utf-8') as f:
+    with open(tmp, 'w', encoding='utf-8', newline='\n') as f:
       f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
+    publish(tmp, path)
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from t2t_jax import files
+from t2t_jax import errors, files
 from t2t_jax.tokenizer import Tokenizer
 
 Pairs = tuple[list[str], list[str]]  # a chunk of text: (sources, targets)
@@ -78,7 +78,7 @@ class _NpyWriter:
   """
 
   def __init__(self, path: str, dtype: Any):
-    self._file = open(path, 'wb')  # pylint: disable=consider-using-with
+    self._file = open(path, 'wb')  # closed by close(): the writer outlives one block
     self._dtype, self._length = np.dtype(dtype), 0
     self._write_header()
     self._data_start = self._file.tell()
@@ -118,7 +118,7 @@ def _encode_into(folder: str, chunks: Iterator[Pairs], tokenizer: Tokenizer,
   writers, ends = [], [0, 0]
   try:
     with writing():
-      for name, kind in zip(_CACHE_FILES, (dtype, dtype, np.int64, np.int64)):
+      for name, kind in zip(_CACHE_FILES, (dtype, dtype, np.int64, np.int64), strict=True):
         writers.append(_NpyWriter(os.path.join(folder, f'{name}.npy'), kind))
       for offsets in writers[2:]:
         offsets.append(np.zeros(1, np.int64))
@@ -159,7 +159,7 @@ def load_or_encode(name: str, key: dict[str, Any], read: Callable[[], Iterator[P
       _encode_into, chunks=read(), tokenizer=tokenizer, cache_path=path))
   encoded = _load_cache(path)
   if encoded is None:
-    raise ValueError(f'{path}: the data cache just written reads back damaged')
+    raise errors.UserError(f'{path}: the data cache just written reads back damaged')
   return encoded
 
 
@@ -197,7 +197,7 @@ def _load_cache(path: str) -> Encoded | None:
 
 def _inconsistency(encoded: Encoded) -> str:
   """What is wrong with the shapes of `encoded` ('' if nothing); O(1) reads."""
-  for side, (ids, offsets) in enumerate(zip(encoded.ids, encoded.offsets)):
+  for side, (ids, offsets) in enumerate(zip(encoded.ids, encoded.offsets, strict=True)):
     name = ('source', 'target')[side]
     if ids.ndim != 1 or offsets.ndim != 1 or not len(offsets):
       return f'{name} ids or offsets are not a flat array'
@@ -241,17 +241,9 @@ def _save_atomically(path: str, key: str, write: Callable[[str], None]) -> None:
                for name in _CACHE_FILES}
       with open(os.path.join(tmp, 'key.json'), 'w', encoding='utf-8') as f:
         json.dump({'key': json.loads(key), 'file_bytes': sizes}, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-      files.fsync_path(tmp)
-      try:
-        os.rename(tmp, path)
+      if files.publish(tmp, path):
         tmp = None
-      except OSError:
-        if not os.path.isdir(path):
-          raise
-        # else another process (host) wrote the same cache first: keep theirs.
-      files.fsync_path(os.path.dirname(path))
+      # else another process (host) wrote the same cache first: theirs stays, tmp goes.
   finally:
     if tmp:
       shutil.rmtree(tmp, ignore_errors=True)

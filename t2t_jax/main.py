@@ -11,6 +11,19 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from t2t_jax import (
+  attention_maps,
+  checkpoints,
+  config_lib,
+  distributed,
+  errors,
+  evaluate,
+  train,
+  xla,
+)
+from t2t_jax import workdir as workdir_lib
+from t2t_jax.model import ModelConfig, init_param_count
+
 MODES = ('train', 'params', 'average', 'translate', 'eval', 'attention')
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file, e.g. '
@@ -47,43 +60,38 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.get_absl_handler().python_handler.addFilter(_QuietLibraries())
-  from t2t_jax import train, workdir  # after flag parsing: importing JAX is slow
+  xla.configure_cpu()  # before anything starts JAX's CPU backend
   try:
     _dispatch()
   except train.StoppedBySignal as e:
     # Saved, but not finished: a non-zero status tells schedulers and loops to run it again.
     print(f't2t_jax: {e}', file=sys.stderr)
     sys.exit(e.exit_status)
-  except (ValueError, OSError, FloatingPointError, workdir.WorkdirBusy) as e:
-    if FLAGS.traceback:
-      raise
-    # Config, data and disk mistakes get their message, not a traceback (--traceback shows
-    # it); an OSError names its path (full disk, no permission).
+  except Exception as e:  # noqa: BLE001  (re-raised unless it is the user's to fix)
+    if FLAGS.traceback or not errors.is_for_user(e):
+      raise  # a bug: its traceback is what a report needs
+    # A config, data, workdir or disk mistake: its message names the key, file or path.
     sys.exit(f't2t_jax: error: {e}')
 
 
 def _dispatch() -> None:
-  from t2t_jax import config_lib, distributed, model
-  if FLAGS.distributed:  # before anything starts a JAX backend (validate may: dtype 'auto')
+  if FLAGS.distributed:  # before anything starts a JAX backend (dtype 'auto' may)
     distributed.initialize(heartbeat_timeout_s=FLAGS.distributed_timeout)
-  model_config = config_lib.validate(FLAGS.config)  # every mode: a bad value fails before work
+  config_lib.validate(FLAGS.config, FLAGS.mode)  # every mode: a bad value fails before work
   if FLAGS.mode == 'params':
-    print(f'params: {model.init_param_count(model_config)}')
+    print(f'params: {init_param_count(ModelConfig.from_config(FLAGS.config))}')
     return
   if FLAGS.workdir is None:
     raise app.UsageError(f'--workdir is required for --mode={FLAGS.mode}')
-  from t2t_jax import workdir, xla
-  workdir.check_local(FLAGS.workdir)
+  workdir_lib.check_local(FLAGS.workdir)
   xla.enable_compilation_cache(FLAGS.config.compilation_cache_dir)
   if FLAGS.mode == 'average':
-    from t2t_jax import checkpoints
     step, steps = checkpoints.average_checkpoints(FLAGS.workdir, FLAGS.config.average_last,
                                                   allow_fewer=FLAGS.config.average_allow_fewer,
                                                   step=FLAGS.config.restore_step)
     print(f'averaged checkpoints {steps} into {FLAGS.workdir}/averaged/{step}')
     return
   if FLAGS.mode in ('translate', 'eval'):
-    from t2t_jax import evaluate
     if FLAGS.mode == 'eval':
       scores = evaluate.run_eval(FLAGS.config, FLAGS.workdir)
       print(json.dumps(scores, indent=2))
@@ -93,7 +101,6 @@ def _dispatch() -> None:
       evaluate.run_translate(FLAGS.config, FLAGS.workdir, FLAGS.input, FLAGS.output)
     return
   if FLAGS.mode == 'attention':
-    from t2t_jax import attention_maps
     if FLAGS.input is None:
       raise app.UsageError('--mode=attention needs --input="a sentence"')
     paths = attention_maps.run(FLAGS.config, FLAGS.workdir, FLAGS.input, FLAGS.output,
@@ -101,7 +108,6 @@ def _dispatch() -> None:
     print('\n'.join(paths))
     return
   logging.info('Config:\n%s', FLAGS.config)
-  from t2t_jax import train
   train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
 
 
@@ -115,7 +121,6 @@ def _parse_flags(argv: list[str]) -> list[str]:
   except (flags.Error, KeyError, AttributeError, OSError, SyntaxError) as error:
     if _wants_traceback(argv):
       raise
-    from t2t_jax import config_lib  # imports JAX: only on a mistake, so that parsing stays fast
     line = config_lib.command_line_error(argv)
     if line:
       sys.exit(f't2t_jax: error: {line}')

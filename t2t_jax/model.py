@@ -19,10 +19,16 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
-PAD_ID = 0  # padding; also the decoder's start-of-sequence input
-POSITIONAL = ('sinusoidal', 'learned')
+from t2t_jax import config_lib
+
+# Padding (0), defined once, with the vocabulary; it doubles as the decoder's start-of-
+# sequence input (§3.1, shift_right). `from t2t_jax.model import PAD_ID` keeps working.
+from t2t_jax.tokenizer import PAD_ID
+
+POSITIONAL = config_lib.POSITIONAL  # the one list is the validator's (MODEL_RULES)
 
 Array = jax.Array
 
@@ -31,9 +37,9 @@ Array = jax.Array
 class ModelConfig:
   """Hyper-parameters of §3 and Table 3, plus two mode flags.
 
-  Built straight from the experiment config: `ModelConfig(vocab_size=..., **config.model)`;
-  modes by `.replace(deterministic=True)` (no dropout) or `.replace(decode=True)`
-  (incremental decoding with a key/value cache).
+  Built straight from the experiment config: `ModelConfig.from_config(config)`; modes by
+  `.replace(deterministic=True)` (no dropout) or `.replace(decode=True)` (incremental
+  decoding with a key/value cache).
   """
   vocab_size: int
   num_layers: int = 6  # N
@@ -50,7 +56,22 @@ class ModelConfig:
   decode: bool = False  # True: the decoder runs one position at a time from a cache
 
   def __post_init__(self):
-    _check_model_config(self)
+    # The validator's rules and messages (config_lib.MODEL_RULES), for a ModelConfig built
+    # by hand as for one built from a config: a bad value fails before anything compiles.
+    config_lib.check_model({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> ModelConfig:
+    """The model's dataclass, built straight from config.model (§3, Table 3) and the shared
+    config.vocab_size (§5.1), with dtype 'auto' made this machine's compute dtype
+    (config_lib.compute_dtype). A key of config.model it has no field for is an error
+    (errors.UserError), not silently ignored; config_lib.validate(config, mode) comes first.
+    """
+    config_lib.check_model_keys_known(config.model.keys())
+    fields = config.model.to_dict()
+    if fields.get('dtype') == 'auto':
+      fields['dtype'] = config_lib.compute_dtype()
+    return cls(vocab_size=config.vocab_size, **fields)
 
   @property
   def key_size(self) -> int:
@@ -62,31 +83,6 @@ class ModelConfig:
 
   def replace(self, **changes: Any) -> ModelConfig:
     return dataclasses.replace(self, **changes)
-
-
-def _check_model_config(c: ModelConfig) -> None:
-  """Fails with the config key that is wrong, before anything is compiled."""
-  def fail(key: str, why: str):
-    raise ValueError(f'config.model.{key}: {why}' if key != 'vocab_size'
-                     else f'config.vocab_size: {why}')
-  for key in ('vocab_size', 'num_layers', 'd_model', 'd_ff', 'num_heads', 'max_len'):
-    value = getattr(c, key)
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-      fail(key, f'must be a positive integer, got {value!r}')
-  for key in ('d_k', 'd_v'):
-    value = getattr(c, key)
-    if value is None:
-      if c.d_model % c.num_heads:
-        fail(key, f'unset, so it would be d_model / num_heads = {c.d_model} / {c.num_heads}, '
-                  'which is not a whole number; set it or change num_heads')
-    elif not isinstance(value, (int, np.integer)) or value < 1:
-      fail(key, f'must be a positive integer or unset, got {value!r}')
-  if not 0.0 <= c.dropout_rate < 1.0:
-    fail('dropout_rate', f'must be in [0, 1), got {c.dropout_rate!r}')
-  if c.positional not in POSITIONAL:
-    fail('positional', f'must be one of {POSITIONAL}, got {c.positional!r}')
-  if c.dtype not in ('float32', 'bfloat16', 'float16'):
-    fail('dtype', f"must be 'auto', 'float32', 'bfloat16' or 'float16', got {c.dtype!r}")
 
 
 def sinusoidal_positions(positions: Array, d_model: int) -> Array:

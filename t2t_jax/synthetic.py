@@ -8,15 +8,17 @@ of devices or processes: padding rows (all PAD) make the rows divisible by the d
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+import hashlib
+import json
+from collections.abc import Iterator
 
 import ml_collections
 import numpy as np
 
-from t2t_jax.model import PAD_ID
+from t2t_jax import errors
+from t2t_jax.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
-EOS_ID = 1
-FIRST_WORD_ID = 3  # ids 0, 1, 2 are pad, EOS and unknown, as in the SentencePiece vocabulary
+FIRST_WORD_ID = UNK_ID + 1  # the ids below are reserved, as in the SentencePiece vocabulary
 HELD_OUT_BATCH = 2**40  # the dev set's batch number: far beyond any training run
 
 
@@ -57,6 +59,7 @@ class IdTokenizer:
 
   def __init__(self, vocab_size: int):
     self.vocab_size = vocab_size
+    self.fingerprint = f'ids-{vocab_size}'
 
   def encode(self, text: str) -> list[int]:
     return [int(t) for t in text.split()] + [EOS_ID]
@@ -75,11 +78,11 @@ class IdTokenizer:
 
 def _global_rows(config: ml_collections.ConfigDict) -> int:
   """Pairs a batch: the most rows of max_length within tokens_per_batch, on any topology
-  (as data.py's plan: the same batches on 1 or 8 devices, 1 or 2 processes)."""
+  (as batching.py's plan: the same batches on 1 or 8 devices, 1 or 2 processes)."""
   rows = config.tokens_per_batch // config.max_length
   if rows < 1:
-    raise ValueError(f'config.tokens_per_batch={config.tokens_per_batch} is too small for one '
-                     f'row of config.max_length={config.max_length} tokens')
+    raise errors.UserError(f'config.tokens_per_batch={config.tokens_per_batch} is too small '
+                           f'for one row of config.max_length={config.max_length} tokens')
   return rows
 
 
@@ -110,6 +113,8 @@ class SyntheticIterator:
     self._multiple = num_devices * grad_accum_steps
     self._process_index, self._process_count = process_index, process_count
     self._batch_number = 0
+    settings = [config.vocab_size, config.max_length, config.tokens_per_batch, config.seed]
+    self.fingerprint = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
 
   def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
     return self
@@ -151,14 +156,10 @@ class SyntheticEvalSet:
     yield _process_block(batch, self.num_devices, self.process_index, self.process_count)
 
 
-def get_datasets(config: ml_collections.ConfigDict, *, num_devices: int, process_index: int = 0,
-                 process_count: int = 1, grad_accum_steps: int = 1):
-  """The `data.Datasets` of the synthetic task: ids as text, a train iterator, a dev set."""
-  from t2t_jax import data  # data.py dispatches here; import late to avoid a cycle
-  rows = _global_rows(config)
-  held_out = make_batch(rows, config.vocab_size, config.max_length, config.seed, HELD_OUT_BATCH)
-  dev = SyntheticEvalSet(held_out['inputs'], held_out['targets'], num_devices, process_index,
-                         process_count)
-  train = SyntheticIterator(config, num_devices=num_devices, process_index=process_index,
-                            process_count=process_count, grad_accum_steps=grad_accum_steps)
-  return data.Datasets(tokenizer=IdTokenizer(config.vocab_size), train=train, dev=dev, test=dev)
+def eval_set(config: ml_collections.ConfigDict, *, num_devices: int, process_index: int = 0,
+             process_count: int = 1) -> SyntheticEvalSet:
+  """The held-out set (dev and test alike): one batch number no training run reaches."""
+  held_out = make_batch(_global_rows(config), config.vocab_size, config.max_length, config.seed,
+                        HELD_OUT_BATCH)
+  return SyntheticEvalSet(held_out['inputs'], held_out['targets'], num_devices, process_index,
+                          process_count)

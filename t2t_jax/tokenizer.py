@@ -28,7 +28,7 @@ import numpy as np
 import sentencepiece as spm
 from absl import logging
 
-from t2t_jax import files
+from t2t_jax import errors, files
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 
@@ -47,12 +47,12 @@ class Tokenizer:
     try:
       self._sp = spm.SentencePieceProcessor(model_file=model_path)
     except RuntimeError as e:  # e.g. a file truncated by a full disk outside t2t_jax
-      raise ValueError(f'{model_path}: not a readable SentencePiece model ({e}); delete '
-                       'it to train a new one (checkpoints trained with it need its ids)'
+      raise errors.UserError(f'{model_path}: not a readable SentencePiece model ({e}); delete '
+                             'it to train a new one (checkpoints trained with it need its ids)'
                        ) from e
     ids = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id())
     if ids != (PAD_ID, EOS_ID, UNK_ID):
-      raise ValueError(
+      raise errors.UserError(
           f'{model_path}: (pad, eos, unk) ids are {ids}, expected '
           f'{(PAD_ID, EOS_ID, UNK_ID)}; it was not trained by t2t_jax.tokenizer. '
           'Delete it or use a fresh --workdir.')
@@ -118,7 +118,7 @@ def load_or_train(config: Any, workdir: str,
     _train(sample, config.vocab_size, vocab_dir)
   tokenizer = Tokenizer(model_path)
   if tokenizer.vocab_size != config.vocab_size:
-    raise ValueError(
+    raise errors.UserError(
         f'config.vocab_size={config.vocab_size}, but the vocabulary already in '
         f'the workdir, {model_path}, has {tokenizer.vocab_size} pieces. Set '
         f'--config.vocab_size={tokenizer.vocab_size} to keep it, or use a fresh '
@@ -136,7 +136,7 @@ def reservoir_sample(items: Iterable[str], k: int, *, seed: int) -> list[str]:
   """
   rng = random.Random(seed)
   iterator = iter(items)
-  reservoir = [item for _, item in zip(range(k), iterator)]
+  reservoir = [item for _, item in zip(range(k), iterator, strict=False)]  # at most k
   if len(reservoir) < k:
     return reservoir
 
@@ -180,15 +180,12 @@ def _train(sample: list[str], vocab_size: int, vocab_dir: str) -> None:
           num_threads=os.cpu_count() or 1,
           minloglevel=1)
     except RuntimeError as e:
-      raise ValueError(
+      raise errors.UserError(
           f'SentencePiece could not train a vocabulary of config.vocab_size='
           f'{vocab_size} pieces from {len(sample)} sentences: {e}') from e
     with files.disk_write_errors(vocab_dir, 'the vocabulary'):
-      for name in ('spm.vocab', 'spm.model'):
-        files.fsync_path(os.path.join(tmp_dir, name))
-      for name in ('spm.vocab', 'spm.model'):
-        os.replace(os.path.join(tmp_dir, name), os.path.join(vocab_dir, name))
-      files.fsync_path(vocab_dir)
+      for name in ('spm.vocab', 'spm.model'):  # the model last: it means complete
+        files.publish(os.path.join(tmp_dir, name), os.path.join(vocab_dir, name))
   finally:
     if tmp_dir:
       shutil.rmtree(tmp_dir, ignore_errors=True)

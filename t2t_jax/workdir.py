@@ -13,14 +13,16 @@ import json
 import os
 import re
 import socket
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
 from absl import logging
+from jax.experimental import multihost_utils
 
-from t2t_jax import files
+from t2t_jax import distributed, errors, files
 
 LOCK = 'train.lock'
 CONFIG = 'config.json'
@@ -31,7 +33,7 @@ RUN_OUTPUTS = ('checkpoints', 'averaged', 'eval', 'attention', 'metrics.jsonl', 
 _SCHEME = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*://')
 
 
-class WorkdirBusy(RuntimeError):
+class WorkdirBusy(errors.UserError):
   """Another training run holds the workdir's lock."""
 
 
@@ -43,7 +45,7 @@ def check_local(workdir: str) -> None:
   named 'gs:') only after the first hours of work.
   """
   if _SCHEME.match(workdir):
-    raise ValueError(
+    raise errors.UserError(
         f'--workdir={workdir}: URLs are not supported as workdirs (the vocabulary, data cache, '
         'metrics and lock are written with the local file API). Use a local path, or a '
         'shared POSIX file system (NFS, Lustre, Filestore) mounted on every host.')
@@ -65,7 +67,6 @@ def training_lock(workdir: str) -> Iterator[None]:
     except WorkdirBusy as e:
       error = str(e)
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils  # only multi-process runs need it
     if not multihost_utils.broadcast_one_to_all(np.array(not error)):
       error = error or f'{workdir}: process 0 could not lock {LOCK}; see its log'
   if error:
@@ -171,12 +172,5 @@ def move_aside(workdir: str, names: list[str], why: str) -> str | None:
       os.makedirs(os.path.dirname(os.path.join(target, name)), exist_ok=True)
       os.rename(os.path.join(workdir, name), os.path.join(target, name))
     logging.warning('%s: moved %s to %s', why, ', '.join(present), target)
-  sync('t2t_jax_move_aside')
+  distributed.sync('t2t_jax_move_aside')
   return target
-
-
-def sync(name: str) -> None:
-  """Waits until every process gets here (a no-op in a single-process run)."""
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils  # only multi-process runs need it
-    multihost_utils.sync_global_devices(name)

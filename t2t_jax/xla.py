@@ -1,4 +1,4 @@
-"""XLA plumbing of a run: the persistent compilation cache.
+"""XLA plumbing of a run: the CPU backend's flags and the persistent compilation cache.
 
 Every distinct batch shape is a compilation (seconds on a CPU, 15-30 s for a base step on a
 GPU), and a run meets tens of shapes (§5.1's length buckets), again after every restart,
@@ -12,6 +12,22 @@ import os
 
 import jax
 from absl import logging
+
+# XLA:CPU hands reductions to YNNPACK by default (jaxlib 0.10); for the softmax over a 37k
+# vocabulary that is ~2× slower than XLA's own loops, and beam search spends a quarter of
+# its time there. Dots and elementwise fusions keep YNNPACK.
+_YNN_FLAG = '--xla_cpu_experimental_ynn_fusion_type'
+
+
+def configure_cpu() -> None:
+  """Sets this codebase's XLA:CPU flags in XLA_FLAGS; an explicit setting of a flag wins.
+
+  Entry points call it first (main.py, the benchmarks, tests/conftest.py): XLA reads the
+  flags once, when JAX creates its CPU backend, so a later call changes nothing. Only CPU
+  compilation reads them; GPU and TPU runs are unaffected.
+  """
+  if _YNN_FLAG not in os.environ.get('XLA_FLAGS', ''):
+    os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_YNN_FLAG}=-reduce".strip()
 
 
 def enable_compilation_cache(directory: str) -> None:

@@ -55,7 +55,7 @@ def multi_bleu(hypotheses, references):
   import collections
   import math
   matches, totals, hyp_len, ref_len = [0] * 4, [0] * 4, 0, 0
-  for h, r in zip(hypotheses, references):
+  for h, r in zip(hypotheses, references, strict=True):
     h, r = h.split(), r.split()
     hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
     for n in range(1, 5):
@@ -65,7 +65,7 @@ def multi_bleu(hypotheses, references):
       totals[n - 1] += max(len(h) - n + 1, 0)
   if min(matches) == 0:
     return 0.0
-  log_precision = sum(math.log(m / t) for m, t in zip(matches, totals)) / 4
+  log_precision = sum(math.log(m / t) for m, t in zip(matches, totals, strict=True)) / 4
   brevity = min(0.0, 1 - ref_len / hyp_len)
   return 100 * math.exp(log_precision + brevity)
 

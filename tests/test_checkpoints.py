@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from experiments import demo
-from t2t_jax import checkpoints, train
+from t2t_jax import checkpoints, optim, train, train_step
+from t2t_jax import mesh as mesh_lib
+from t2t_jax.model import ModelConfig, Transformer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 12
@@ -266,11 +268,9 @@ def test_resume_logs_how_the_config_changed(tmp_path, caplog):
 
 
 def _template(config):
-  from t2t_jax import config_lib, optim
-  from t2t_jax.model import Transformer
-  mesh = train.make_mesh(jax.devices()[:1])
-  return train.create_train_state(Transformer(config_lib.validate(config)),
-                                  optim.make_optimizer(config), 0, mesh)
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
+  return train_step.create_train_state(Transformer(ModelConfig.from_config(config)),
+                                       optim.make_optimizer(config), 0, mesh)
 
 
 def test_unreadable_checkpoints_are_named_and_skipped_by_average_and_decoding(
@@ -332,14 +332,14 @@ def test_finite_loss_with_non_finite_gradient_is_never_saved(tmp_path, monkeypat
   """bf16/fp16 overflow: the loss of a step is finite, its gradient is not, and its update
   has already made the parameters NaN. The guard must look at the gradient norm too."""
   import jax.numpy as jnp
-  original = train._loss_sums
+  original = train_step._loss_sums
 
   def nan_gradient(params, *args, **kwargs):
     loss, sums = original(params, *args, **kwargs)
     leaf = jax.tree_util.tree_leaves(params)[0]
     # Value 0 · sqrt(0) = 0, gradient 0 · inf = NaN.
     return loss + 0.0 * jnp.sqrt(jnp.sum(leaf) * 0.0), sums
-  monkeypatch.setattr(train, '_loss_sums', nan_gradient)
+  monkeypatch.setattr(train_step, '_loss_sums', nan_gradient)
   config = tiny_config(num_train_steps=8, log_every_steps=100, checkpoint_every_steps=1)
   with pytest.raises(train.TrainingDiverged, match='gradient .*non-finite at step 1'):
     train.train_and_evaluate(config, str(tmp_path))

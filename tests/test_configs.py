@@ -1,11 +1,22 @@
-"""Configs carry the paper's numbers (Table 3) and the model has the closed-form size."""
+"""Configs carry the paper's numbers (Table 3), the model has the closed-form size, and the
+one validator (config_lib) names every mistake's key before any work."""
+import ast
 import dataclasses
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
 from experiments import demo, table3, wmt_ende_base, wmt_ende_big, wmt_enfr_big, wmt_sample
-from t2t_jax import config_lib, model
+from t2t_jax import config_lib, errors, model
+from t2t_jax.model import ModelConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What experiments/wmt_sample.py's docstring asks for: the files come from the command line.
+SAMPLE_FILES = {'train_files': 'sample/train', 'dev_files': 'sample/newstest2013',
+                'test_files': 'sample/newstest2013'}
 
 # Table 3, written out independently of experiments/: N, d_model, d_ff, h, d_k, d_v, P_drop, ε_ls.
 BASE = dict(N=6, d_model=512, d_ff=2048, h=8, d_k=64, d_v=64, P_drop=0.1, eps_ls=0.1)
@@ -24,7 +35,8 @@ TABLE3 = {
 @pytest.mark.parametrize('row', sorted(TABLE3))
 def test_table3_row(row):
   config = table3.get_config(row)
-  m = config_lib.validate(config)
+  config_lib.validate(config)
+  m = ModelConfig.from_config(config)
   want = {**BASE, **TABLE3[row]}
   got = dict(N=m.num_layers, d_model=m.d_model, d_ff=m.d_ff, h=m.num_heads, d_k=m.key_size,
              d_v=m.value_size, P_drop=m.dropout_rate, eps_ls=config.label_smoothing)
@@ -62,7 +74,7 @@ def test_closed_form_count_is_independent_arithmetic():
   ffn = 2 * 512 * 2048 + 2048 + 512
   expected = 37000 * 512 + 6 * (attention + ffn + 2 * 1024) + 6 * (2 * attention + ffn + 3 * 1024)
   assert expected == 63_045_632
-  assert model.init_param_count(config_lib.validate(wmt_ende_base.get_config())) == expected
+  assert model.init_param_count(ModelConfig.from_config(wmt_ende_base.get_config())) == expected
 
 
 @pytest.mark.parametrize('key,value,message', [
@@ -81,8 +93,10 @@ def test_bad_config_names_the_key(key, value, message):
 def test_unknown_model_key_is_named():
   config = wmt_ende_base.get_config()
   config.model.n_layers = 3
-  with pytest.raises(ValueError, match=r'config\.model\.n_layers'):
-    config_lib.validate(config)
+  for check in (config_lib.validate, ModelConfig.from_config):
+    with pytest.raises(errors.UserError, match=r'^config\.model\.n_layers: unknown key; '
+                                               r"known keys: \['d_ff', "):
+      check(config)
 
 
 # One bad value (or more) for every key of RULES, each to be named by validate. Values that
@@ -126,7 +140,7 @@ def test_every_bad_value_is_named(key, value):
   set_key(config, key, value)
   # config.<key>: what is allowed, then what was given.
   expected = re.escape(f'config.{key}: must be ') + '.+' + re.escape(f', got {value!r}') + '$'
-  with pytest.raises(ValueError, match=expected):
+  with pytest.raises(errors.UserError, match=expected):
     config_lib.validate(config)
 
 
@@ -134,10 +148,20 @@ def test_every_key_has_a_rule_and_a_bad_value():
   """A key added to the configs without a rule (or a test of it) fails here."""
   for config in (wmt_ende_base.get_config(), demo.get_config()):
     assert set(config.keys()) <= set(config_lib.RULES)
-    assert set(config.model.keys()) <= {f.name for f in dataclasses.fields(model.ModelConfig)}
+    assert set(config.model.keys()) == set(config_lib.MODEL_RULES)
   assert set(config_lib.RULES) == set(demo.get_config().keys())  # no rule for a gone key
   assert {key.split('.')[0] for key, _ in BAD_VALUES} == set(config_lib.RULES)
-  assert {f'model.{k}' for k in demo.get_config().model.keys()} <= {k for k, _ in BAD_VALUES}
+  assert {key for key, _ in BAD_VALUES if key.startswith('model.')} == {
+      f'model.{k}' for k in config_lib.MODEL_RULES}
+
+
+def test_model_rules_cover_every_model_config_field():
+  """MODEL_RULES against the dataclass itself: a field added to ModelConfig without a rule
+  (or a rule left for a gone field) fails here. vocab_size is a top-level key (RULES);
+  deterministic and decode are modes set in code, not config keys."""
+  fields = {f.name for f in dataclasses.fields(ModelConfig)}
+  assert set(config_lib.MODEL_RULES) == fields - {'vocab_size', 'deterministic', 'decode'}
+  assert 'vocab_size' in config_lib.RULES
 
 
 @pytest.mark.parametrize('changes,message', [
@@ -162,18 +186,176 @@ def test_learned_positions_at_the_limits_are_fine():
   config.decode_extra_length = config.model.max_len - 1  # one input position left
   config.max_length = config.model.max_len
   config.average_last = config.keep_checkpoints
-  assert config_lib.validate(config).positional == 'learned'
+  config_lib.validate(config)
+  assert ModelConfig.from_config(config).positional == 'learned'
 
 
 def test_a_missing_key_is_named():
   config = wmt_ende_base.get_config()
   del config['restore_step']
-  with pytest.raises(ValueError, match=r'^config\.restore_step: missing'):
+  with pytest.raises(errors.UserError, match=r'^config\.restore_step: missing'):
+    config_lib.validate(config)
+  config = wmt_ende_base.get_config()
+  del config.model['positional']
+  with pytest.raises(errors.UserError, match=r'^config\.model\.positional: missing'):
     config_lib.validate(config)
 
 
-@pytest.mark.parametrize('get_config', [
-    wmt_ende_base.get_config, wmt_ende_big.get_config, wmt_enfr_big.get_config, demo.get_config,
-    wmt_sample.get_config, *[lambda row=row: table3.get_config(row) for row in sorted(TABLE3)]])
-def test_every_experiment_validates(get_config):
-  assert isinstance(config_lib.validate(get_config()), model.ModelConfig)
+def sample_with_files():
+  """experiments/wmt_sample.py with the three --config.*_files its docstring asks for."""
+  config = wmt_sample.get_config()
+  config.update(SAMPLE_FILES)
+  return config
+
+
+EXPERIMENTS = {
+    'wmt_ende_base': wmt_ende_base.get_config, 'wmt_ende_big': wmt_ende_big.get_config,
+    'wmt_enfr_big': wmt_enfr_big.get_config, 'demo': demo.get_config,
+    'wmt_sample': sample_with_files,
+    **{f'table3:{row}': (lambda row=row: table3.get_config(row)) for row in sorted(TABLE3)},
+}
+
+
+@pytest.mark.parametrize('mode', config_lib.MODES)
+@pytest.mark.parametrize('name', sorted(EXPERIMENTS))
+def test_every_experiment_validates_in_every_mode(name, mode):
+  assert config_lib.validate(EXPERIMENTS[name](), mode) is None
+
+
+@pytest.mark.parametrize('name', sorted(EXPERIMENTS))
+def test_model_config_from_config_is_the_config_model(name):
+  """ModelConfig.from_config gives what config_lib.model_config gave: every key of
+  config.model as the field of that name, vocab_size shared, dtype 'auto' resolved."""
+  config = EXPERIMENTS[name]()
+  m = ModelConfig.from_config(config)
+  fields = config.model.to_dict()
+  if fields['dtype'] == 'auto':
+    fields['dtype'] = config_lib.compute_dtype()
+  assert m == ModelConfig(vocab_size=config.vocab_size, **fields)
+  assert m.dtype == 'float32'  # 'auto' on the CPU the tests run on
+  assert (m.vocab_size, m.d_model, m.num_layers) == (
+      config.vocab_size, config.model.d_model, config.model.num_layers)
+  heads = config.model.d_model // config.model.num_heads
+  assert m.key_size == (config.model.d_k or heads)
+  assert m.value_size == (config.model.d_v or heads)
+  assert not m.deterministic and not m.decode
+
+
+def test_from_config_keeps_a_concrete_dtype():
+  config = demo.get_config()
+  config.model.dtype = 'bfloat16'
+  assert ModelConfig.from_config(config).dtype == 'bfloat16'
+
+
+def test_demo_dataset_on_the_base_config_names_the_missing_key():
+  """Was an AttributeError traceback: base has no demo_* keys."""
+  config = wmt_ende_base.get_config()
+  config.dataset = 'demo'
+  expected = (r"^config\.demo_num_train: missing; config\.dataset='demo' needs it "
+              r'\(see experiments/demo\.py\)$')
+  for mode in ('train', 'eval'):
+    with pytest.raises(errors.UserError, match=expected):
+      config_lib.validate(config, mode)
+  for mode in ('params', 'average', 'translate', 'attention'):  # read the workdir only
+    config_lib.validate(config, mode)
+
+
+def test_files_dataset_needs_train_files_for_training_only():
+  config = wmt_ende_base.get_config()
+  config.dataset = 'files'
+  with pytest.raises(errors.UserError, match=r"^config\.train_files: empty; config\.dataset="
+                                             r"'files' needs it for --mode=train \(pass "
+                                             r'--config\.train_files=PREFIX: reads PREFIX\.en '
+                                             r'and PREFIX\.de'):
+    config_lib.validate(config, 'train')
+  for mode in ('params', 'average', 'translate', 'attention'):
+    config_lib.validate(config, mode)
+
+
+def test_eval_needs_the_files_of_config_eval_split():
+  config = wmt_ende_base.get_config()
+  config.update(dataset='files', eval_split='dev', train_files='t', test_files='t')
+  config_lib.validate(config, 'train')  # training without a dev set is allowed
+  with pytest.raises(errors.UserError, match=r"^config\.dev_files: empty; config\.dataset="
+                                             r"'files' needs it for --mode=eval with "
+                                             r"config\.eval_split='dev'"):
+    config_lib.validate(config, 'eval')
+  config.eval_split = 'test'
+  config_lib.validate(config, 'eval')
+
+
+def test_tfds_eval_needs_the_split_of_config_eval_split():
+  config = wmt_ende_base.get_config()
+  config.update(eval_split='dev', dev_split='')
+  config_lib.validate(config, 'train')
+  with pytest.raises(errors.UserError, match=r'^config\.dev_split: empty; .*--mode=eval.*'
+                                             r'--config\.dev_split=SPLIT'):
+    config_lib.validate(config, 'eval')
+
+
+def test_wmt_sample_asks_for_its_files_in_one_line():
+  with pytest.raises(errors.UserError) as raised:
+    config_lib.validate(wmt_sample.get_config(), 'train')
+  message = str(raised.value)
+  assert message.startswith('config.train_files: empty;') and '\n' not in message
+  assert '--config.train_files=PREFIX' in message
+
+
+@pytest.mark.parametrize('name', sorted(EXPERIMENTS))
+def test_shipped_configs_name_no_path_of_a_machine(name):
+  config = EXPERIMENTS[name]() if name != 'wmt_sample' else wmt_sample.get_config()
+  for key in ('train_files', 'dev_files', 'test_files', 'tfds_data_dir', 'tfds_manual_dir'):
+    assert config[key] == '', key
+  for path in os.listdir(os.path.join(ROOT, 'experiments')):
+    if path.endswith('.py'):
+      with open(os.path.join(ROOT, 'experiments', path), encoding='utf-8') as f:
+        assert '../shared' not in f.read(), path
+
+
+def test_dataset_table_covers_every_dataset_and_only_modes():
+  assert set(config_lib.DATASET_KEYS) == set(config_lib.DATASETS)
+  for needs in config_lib.DATASET_KEYS.values():
+    assert set(needs.keys) <= set(config_lib.MODES)
+  with pytest.raises(ValueError, match='mode='):
+    config_lib.validate(demo.get_config(), 'training')
+
+
+def test_modes_are_main_py_s():
+  """config_lib.MODES is main.py's --mode choices (read from the source: importing main
+  would define its absl flags)."""
+  with open(os.path.join(ROOT, 't2t_jax', 'main.py'), encoding='utf-8') as f:
+    tree = ast.parse(f.read())
+  modes = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+           and any(getattr(t, 'id', None) == 'MODES' for t in node.targets)]
+  assert modes == [config_lib.MODES]
+
+
+def test_config_lib_imports_no_other_module_of_the_project():
+  """config → data → model: model.py imports config_lib, so config_lib must not import it
+  (or anything that does); t2t_jax.errors is its one project import."""
+  with open(os.path.join(ROOT, 't2t_jax', 'config_lib.py'), encoding='utf-8') as f:
+    tree = ast.parse(f.read())
+  imported = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      imported |= {alias.name for alias in node.names}
+    elif isinstance(node, ast.ImportFrom):
+      imported |= {f'{node.module}.{alias.name}' for alias in node.names}
+  assert {name for name in imported if name.startswith('t2t_jax')} == {'t2t_jax.errors'}
+  loaded = subprocess.run(
+      [sys.executable, '-c', 'import sys, t2t_jax.config_lib; '
+       'print(sorted(m for m in sys.modules if m.startswith("t2t_jax")))'],
+      cwd=ROOT, capture_output=True, text=True, check=True).stdout
+  assert ast.literal_eval(loaded) == ['t2t_jax', 't2t_jax.config_lib', 't2t_jax.errors']
+
+
+def test_check_model_wants_the_resolved_dtype():
+  fields = dataclasses.asdict(ModelConfig(vocab_size=10))
+  config_lib.check_model(fields)
+  with pytest.raises(errors.UserError, match=r"^config\.model\.dtype: must be one of "
+                                             r".*'auto' is resolved by "
+                                             r"ModelConfig\.from_config.*got 'auto'$"):
+    config_lib.check_model({**fields, 'dtype': 'auto'})
+  with pytest.raises(errors.UserError, match=r'^config\.vocab_size: must be a positive '
+                                             r'integer, got 0$'):
+    config_lib.check_model({**fields, 'vocab_size': 0})

@@ -17,7 +17,7 @@ SMALL = ModelConfig(vocab_size=13, num_layers=2, d_model=16, d_ff=32, num_heads=
 EXACT = SMALL.replace(vocab_size=6, num_layers=1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _init_fn(config):
   dummy = np.ones((1, 2), np.int32)
   return jax.jit(lambda rng: Transformer(config).init(rng, dummy, dummy)['params'])
@@ -31,7 +31,7 @@ def _params(config, seed, embedding_scale=3.0):
   return params
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _full_logits_fn(config):
   """Teacher-forced logits [n, t, v] with no cache (Transformer.__call__): the reference."""
   return jax.jit(lambda params, src, targets: Transformer(config).apply(
@@ -330,5 +330,5 @@ def test_top_k_equals_lax_top_k_with_ties(n, k):
   x[2, :n // 2] = -np.inf
   x[3] = rng.normal(size=n)
   for ours, reference in zip(jax.jit(decode.top_k, static_argnames='k')(x, k=k),
-                             jax.lax.top_k(x, k)):  # values, then indices
+                             jax.lax.top_k(x, k), strict=True):  # values, then indices
     np.testing.assert_array_equal(ours, reference)

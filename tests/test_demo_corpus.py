@@ -1,18 +1,22 @@
 """Tests for the generated demo corpus: determinism, held-out splits, files, German grammar.
 
-The grammar checks do not reuse the module's inflection tables: articles, adjective
+The grammar checks do not reuse demo_corpus's inflection tables: articles, adjective
 endings, prepositions and contractions are written out here from a German grammar, and
 whole sentences are translated by hand.
 """
 import os
 import random
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 
 from t2t_jax import demo_corpus as dc
-from t2t_jax.demo_corpus import Clause, NounPhrase as NP, PrepPhrase as PP, Sentence
+from t2t_jax.demo_corpus import Clause, Sentence
+from t2t_jax.demo_corpus import NounPhrase as NP
+from t2t_jax.demo_corpus import PrepPhrase as PP
 
 # ---------------------------------------------------------------------------------------
 # Hand-translated sentences.
@@ -373,7 +377,7 @@ def test_write_corpus_held_out_and_aligned(tmp_path):
   for split, prefix in prefixes.items():
     en, de = read_lines(prefix + '.en'), read_lines(prefix + '.de')
     # Line i of .de translates line i of .en.
-    assert list(zip(en, de)) == expected[split]
+    assert list(zip(en, de, strict=True)) == expected[split]
     english[split] = set(en)
   assert [len(expected[s]) for s in ('train', 'dev', 'test')] == [2000, 200, 300]
   assert not english['dev'] & english['train']
@@ -390,7 +394,7 @@ def test_write_corpus_reuses_matching_files(tmp_path):
   time.sleep(0.01)
   dc.write_corpus(str(tmp_path), **kwargs)
   assert [os.stat(p).st_mtime_ns for p in corpus_files(tmp_path)] == mtimes
-  assert not [f for f in os.listdir(tmp_path) if f.endswith('.tmp')]
+  assert not [f for f in os.listdir(tmp_path) if '.tmp' in f]  # no temporary files left
 
 
 def test_write_corpus_regenerates_on_change(tmp_path):
@@ -407,9 +411,27 @@ def test_write_corpus_regenerates_on_change(tmp_path):
   assert read_lines(prefixes['train'] + '.de') == original
 
 
+def test_write_corpus_files_are_readable_by_all(tmp_path):
+  umask = os.umask(0o077)  # a private umask must not hide a shared workdir's corpus
+  try:
+    dc.write_corpus(str(tmp_path), num_train=50, num_dev=5, num_test=5, seed=1)
+  finally:
+    os.umask(umask)
+  assert {os.stat(p).st_mode & 0o777 for p in corpus_files(tmp_path)} == {0o644}
+
+
 def test_cli_writes_corpus_and_prints_summary(tmp_path, capsys):
   dc.main(['--out', str(tmp_path), '--num_train', '400', '--num_dev', '20',
            '--num_test', '20', '--samples', '3'])
   out = capsys.readouterr().out
   assert 'word types en' in out and out.count('EN: ') == 3 and out.count('DE: ') == 3
   assert len(read_lines(str(tmp_path / 'train.en'))) == 400
+
+
+def test_python_dash_m_runs_the_cli(tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-m', 't2t_jax.demo_corpus', '--out', str(tmp_path),
+       '--num_train', '50', '--num_dev', '5', '--num_test', '5', '--samples', '1'],
+      capture_output=True, text=True, check=True)
+  assert 'word types en' in result.stdout and 'EN: ' in result.stdout
+  assert len(read_lines(str(tmp_path / 'dev.de'))) == 5

@@ -196,7 +196,7 @@ def test_processes_with_different_configs_fail_clearly(tmp_path):
   workdir = str(tmp_path / 'run')  # process 1 was given another command
   commands = [(workdir, ['--config.num_train_steps=4', f'--config.seed={seed}']) for seed in (0, 1)]
   codes, logs = finish(start_each(commands))
-  for code, log in zip(codes, logs):
+  for code, log in zip(codes, logs, strict=True):
     assert code == 1, log[-2000:]
     assert log.strip().splitlines()[-1].startswith(
         't2t_jax: error: The processes of this run differ in their config')
@@ -212,7 +212,7 @@ def test_hosts_that_do_not_share_the_workdir_fail_clearly(one, tmp_path):
   shutil.copytree(os.path.join(one, 'checkpoints', '4'),
                   os.path.join(workdirs[0], 'checkpoints', '4'))
   codes, logs = finish(start_each([(w, [f'--config.num_train_steps={STEPS}']) for w in workdirs]))
-  for code, log in zip(codes, logs):
+  for code, log in zip(codes, logs, strict=True):
     assert code == 1, log[-2000:]
     assert log.strip().splitlines()[-1].startswith(
         't2t_jax: error: The processes of this run differ in their checkpoints')

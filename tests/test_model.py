@@ -1,9 +1,12 @@
 """The model against NumPy re-derivations of §3 and against its own invariants."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2t_jax import errors
 from t2t_jax import model as model_lib
 from t2t_jax.model import ModelConfig, Transformer
 
@@ -53,7 +56,8 @@ def test_multi_head_attention_matches_numpy():
   out = mha.apply({'params': params}, x_q, x_kv, mask)
   w_q, w_k = np.asarray(params['query']['kernel']), np.asarray(params['key']['kernel'])
   w_v, w_o = np.asarray(params['value']['kernel']), np.asarray(params['out']['kernel'])
-  assert w_q.shape == (c.d_model, c.num_heads, c.d_k) and w_v.shape == (c.d_model, c.num_heads, c.d_v)
+  assert w_q.shape == (c.d_model, c.num_heads, c.d_k)
+  assert w_v.shape == (c.d_model, c.num_heads, c.d_v)
   for b in range(2):
     heads = [np_attention(x_q[b] @ w_q[:, i], x_kv[b] @ w_k[:, i], x_kv[b] @ w_v[:, i], mask[b, 0])
              for i in range(c.num_heads)]
@@ -157,10 +161,21 @@ def test_dropout_is_active_in_training_mode_only():
 
 @pytest.mark.parametrize('field,value,message', [
     ('d_model', 100, 'config.model.d_k'),  # 100 / 8 heads with d_k unset
+    ('d_model', 0, 'config.model.d_model'),
     ('dropout_rate', -0.1, 'config.model.dropout_rate'),
     ('positional', 'rotary', 'config.model.positional'),
     ('num_layers', 0, 'config.model.num_layers'),
+    ('d_v', 0, 'config.model.d_v'),
+    ('dtype', 'auto', 'config.model.dtype'),  # from_config resolves it; by hand, say which
+    ('vocab_size', True, 'config.vocab_size'),
 ])
 def test_bad_model_config_names_the_key(field, value, message):
-  with pytest.raises(ValueError, match=message.replace('.', r'\.')):
-    ModelConfig(vocab_size=100, **{field: value})
+  """A ModelConfig built by hand (the Python API) gets the validator's checks and messages
+  (config_lib.check_model), as a UserError."""
+  with pytest.raises(errors.UserError, match='^' + re.escape(message + ': ')):
+    ModelConfig(**{'vocab_size': 100, field: value})
+
+
+def test_model_config_accepts_numpy_integers():
+  c = ModelConfig(vocab_size=np.int64(100), d_model=np.int32(16), num_heads=2)
+  assert c.key_size == 8

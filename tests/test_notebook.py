@@ -67,8 +67,8 @@ def test_first_code_cell_holds_the_settings():
   nb = read_notebook()
   first = code_cells(nb)[0]
   assert first is tagged_cell(nb, 'parameters')
-  assert re.search(r"^REPO_URL = 'https://github.com/YOUR_ORG/t2t_jax.git'  # set this to your fork",
-                   first.source, re.M)
+  assert re.search(r"^REPO_URL = 'https://github.com/YOUR_ORG/t2t_jax.git'  "
+                   r'# set this to your fork', first.source, re.M)
   for name in ('T2T_NOTEBOOK_WORKDIR', 'T2T_NOTEBOOK_OVERRIDES', 'T2T_NOTEBOOK_SKIP_INSTALL'):
     assert name in first.source
   assert f"JAX_VERSION = '{pinned_jax_version()}'" in first.source
@@ -79,7 +79,7 @@ def test_first_code_cell_holds_the_settings():
                                             ('cpu', 'experiments/demo.py')])
 def test_runtime_selects_the_config(runtime, config):
   namespace = {'RUNTIME': runtime}
-  exec(tagged_cell(read_notebook(), 'config').source, namespace)  # pylint: disable=exec-used
+  exec(tagged_cell(read_notebook(), 'config').source, namespace)  # the cell as Colab runs it
   assert namespace['CONFIG'] == config
   assert os.path.exists(os.path.join(ROOT, config))
 
@@ -152,5 +152,5 @@ def test_notebook_runs_the_demo_on_cpu(tmp_path, monkeypatch, venv_kernel):
   translations = (workdir / 'examples.de').read_text(encoding='utf-8').splitlines()
   test_en = (workdir / 'demo_corpus' / 'test.en').read_text(encoding='utf-8').splitlines()
   assert len(sources) == len(translations) == 5 and sources == test_en[:5]
-  for source, translation in zip(sources, translations):
+  for source, translation in zip(sources, translations, strict=True):
     assert f'EN: {source}\nDE: {translation}\n' in text

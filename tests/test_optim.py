@@ -1,5 +1,4 @@
 """The §5.3 learning rate and Adam(0.9, 0.98, 1e-9)."""
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -141,7 +141,8 @@ def test_trains_on_a_bounded_sample(tmp_path, monkeypatch):
 
 def test_reservoir_sample_is_uniform_and_seeded():
   assert tokenizer_lib.reservoir_sample(range(5), 10, seed=0) == list(range(5))
-  draw = lambda seed: tokenizer_lib.reservoir_sample(range(100), 10, seed=seed)
+  def draw(seed):
+    return tokenizer_lib.reservoir_sample(range(100), 10, seed=seed)
   assert draw(3) == draw(3)
   counts = collections.Counter(x for seed in range(3000) for x in draw(seed))
   # each item is kept with probability 0.1: 300 of 3000 draws, sd ~16

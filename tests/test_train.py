@@ -9,9 +9,11 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import demo
-from t2t_jax import config_lib, losses, optim, synthetic, train
-from t2t_jax.model import Transformer
+import test_data  # pytest puts tests/ (no __init__.py) on sys.path
+from experiments import demo, wmt_ende_base
+from t2t_jax import config_lib, data, losses, optim, synthetic, train_step
+from t2t_jax import mesh as mesh_lib
+from t2t_jax.model import ModelConfig, Transformer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,14 +28,14 @@ def tiny_config():
 
 
 def run_steps(config, devices, batches, grad_accum_steps=1):
-  mesh = train.make_mesh(devices)
-  model_config = config_lib.validate(config)
+  mesh = mesh_lib.make_mesh(devices)
+  model_config = ModelConfig.from_config(config)
   tx = optim.make_optimizer(config)
-  state = train.create_train_state(Transformer(model_config), tx, config.seed, mesh)
-  train_fn, _ = train.compile_steps(model_config, tx, config.label_smoothing, mesh,
-                                    grad_accum_steps=grad_accum_steps)
+  state = train_step.create_train_state(Transformer(model_config), tx, config.seed, mesh)
+  train_fn, _ = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh,
+                                         grad_accum_steps=grad_accum_steps)
   for batch in batches:
-    state, metrics = train_fn(state, train.shard_batch(batch, mesh))
+    state, metrics = train_fn(state, mesh_lib.shard_batch(batch, mesh))
   return jax.device_get(state.params), jax.device_get(metrics)
 
 
@@ -54,13 +56,14 @@ def test_eight_devices_equal_one():
   np.testing.assert_allclose(metrics_1['loss'], metrics_8['loss'], rtol=1e-5)
   # Adam hides a wrong gradient scale; the norm doesn't. Reference: plain jax.grad of the
   # per-token mean loss over the whole batch, with no mesh at all.
-  model_config = config_lib.validate(config)
-  params = train.create_train_state(Transformer(model_config), optim.make_optimizer(config),
-                                    config.seed, train.make_mesh(jax.devices()[:1])).params
+  model_config = ModelConfig.from_config(config)
+  params = train_step.create_train_state(Transformer(model_config), optim.make_optimizer(config),
+                                         config.seed, mesh_lib.make_mesh(jax.devices()[:1])).params
 
   def mean_loss(p):
     logits = Transformer(model_config).apply({'params': p}, batches[0]['inputs'],
-                                             batches[0]['targets'], rngs={'dropout': jax.random.PRNGKey(0)})
+                                             batches[0]['targets'],
+                                             rngs={'dropout': jax.random.PRNGKey(0)})
     sums = losses.cross_entropy_sums(logits, batches[0]['targets'], label_smoothing=0.1)
     return sums.loss / sums.num_tokens
   reference_norm = np.sqrt(sum(np.sum(np.square(g)) for g in
@@ -113,8 +116,8 @@ def test_synthetic_batches_are_the_same_on_any_topology(num_devices, process_cou
   resumed = synthetic.SyntheticIterator(config, num_devices=1, process_index=0, process_count=1)
   resumed.set_state(parts[0].get_state())
   np.testing.assert_array_equal(next(resumed)['inputs'], next(reference)['inputs'])
-  devs = [synthetic.get_datasets(config, process_index=p, **topology).dev
-          for p in range(process_count)]
+  devs = [synthetic.eval_set(config, num_devices=num_devices, process_index=p,
+                             process_count=process_count) for p in range(process_count)]
   dev = [next(d.batches()) for d in devs]
   index, inputs = (np.concatenate([b[key] for b in dev]) for key in ('index', 'inputs'))
   assert len(index) % num_devices == 0 and sorted(index[index >= 0]) == list(range(13))
@@ -126,14 +129,16 @@ def test_each_micro_batch_draws_its_own_dropout():
   and the step's sums are theirs added up."""
   config = tiny_config()
   config.model.dropout_rate = 0.5
-  model_config = config_lib.validate(config)
+  model_config = ModelConfig.from_config(config)
   half = synthetic.make_batch(8, config.vocab_size, config.max_length, 0, 0)
   batch = {k: np.concatenate([v, v]) for k, v in half.items()}
-  params = train.create_train_state(Transformer(model_config), optim.make_optimizer(config), 0,
-                                    train.make_mesh(jax.devices()[:1])).params
+  params = train_step.create_train_state(Transformer(model_config), optim.make_optimizer(config), 0,
+                                         mesh_lib.make_mesh(jax.devices()[:1])).params
   rng, model = jax.random.PRNGKey(3), Transformer(model_config)
-  _, sums = jax.jit(lambda p, b: train._accumulated_grads(p, b, rng, model, 0.1, 2))(params, batch)
-  each = [train._loss_sums(params, half, model, 0.1, {'dropout': jax.random.fold_in(rng, i)})[0]
+  accumulate = jax.jit(lambda p, b: train_step._accumulated_grads(p, b, rng, model, 0.1, 2))
+  _, sums = accumulate(params, batch)
+  each = [train_step._loss_sums(params, half, model, 0.1,
+                                {'dropout': jax.random.fold_in(rng, i)})[0]
           for i in range(2)]
   assert float(each[0]) != float(each[1])
   np.testing.assert_allclose(sums.loss, each[0] + each[1], rtol=1e-5)
@@ -142,17 +147,17 @@ def test_each_micro_batch_draws_its_own_dropout():
 def test_loss_falls_on_the_synthetic_task():
   config = tiny_config()
   config.model.dropout_rate = 0.1
-  mesh = train.make_mesh(jax.devices()[:2])
-  model_config = config_lib.validate(config)
+  mesh = mesh_lib.make_mesh(jax.devices()[:2])
+  model_config = ModelConfig.from_config(config)
   tx = optim.make_optimizer(config)
-  state = train.create_train_state(Transformer(model_config), tx, 0, mesh)
-  train_fn, eval_fn = train.compile_steps(model_config, tx, config.label_smoothing, mesh)
+  state = train_step.create_train_state(Transformer(model_config), tx, 0, mesh)
+  train_fn, eval_fn = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh)
   it = synthetic.SyntheticIterator(config, num_devices=2, process_index=0, process_count=1)
   dev = synthetic.make_batch(16, config.vocab_size, config.max_length, 0, 10**6)
-  before = train.evaluate(eval_fn, state.params, [dev], mesh)
+  before = train_step.eval_metrics(eval_fn, state.params, [dev], mesh)
   for _ in range(150):
-    state, _ = train_fn(state, train.shard_batch(next(it), mesh))
-  after = train.evaluate(eval_fn, state.params, [dev], mesh)
+    state, _ = train_fn(state, mesh_lib.shard_batch(next(it), mesh))
+  after = train_step.eval_metrics(eval_fn, state.params, [dev], mesh)
   assert int(state.step) == 150
   assert after['loss'] < before['loss'] - 0.5, (before, after)
   assert after['accuracy'] > 3 * before['accuracy'], (before, after)
@@ -164,13 +169,13 @@ def test_dropout_rng_differs_per_step_and_device():
   config = tiny_config()
   config.model.dropout_rate = 0.5
   batch = synthetic.make_batch(16, config.vocab_size, config.max_length, 0, 0)
-  mesh = train.make_mesh(jax.devices()[:1])
-  model_config = config_lib.validate(config)
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
+  model_config = ModelConfig.from_config(config)
   tx = optim.make_optimizer(config)
-  state = train.create_train_state(Transformer(model_config), tx, 0, mesh)
-  train_fn, _ = train.compile_steps(model_config, tx, config.label_smoothing, mesh)
-  state, m1 = train_fn(state, train.shard_batch(batch, mesh))
-  state, m2 = train_fn(state, train.shard_batch(batch, mesh))
+  state = train_step.create_train_state(Transformer(model_config), tx, 0, mesh)
+  train_fn, _ = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh)
+  state, m1 = train_fn(state, mesh_lib.shard_batch(batch, mesh))
+  state, m2 = train_fn(state, mesh_lib.shard_batch(batch, mesh))
   assert float(m1['loss']) != float(m2['loss'])
 
 
@@ -184,8 +189,6 @@ def run_main(*args, env_extra=None, devices=2):
 def tiny_files_config(tmp_path):
   """A tiny dataset=files corpus (tests/test_data.py's generator) and model: the real §5.1
   plan, whose batches have rows that 8 devices do not divide."""
-  import test_data  # pylint: disable=g-import-not-at-top  (tests/ is on sys.path)
-  from experiments import wmt_ende_base  # pylint: disable=g-import-not-at-top
   config = test_data.make_config(tmp_path, bucket_band=0, bucket_growth=1.25, num_train_steps=8,
                                  warmup_steps=10, log_every_steps=1, eval_every_steps=8,
                                  checkpoint_every_minutes=0.0, compilation_cache_dir='')
@@ -200,7 +203,6 @@ def test_one_device_eight_devices_and_accumulation_train_alike(tmp_path):
   """Through the command line, dataset=files, dropout off: 1 device, 8 devices, and 8
   devices with grad_accum_steps=2 see the same batches (padding rows aside) and log the
   same loss at every step, and the same dev loss."""
-  from t2t_jax import data  # pylint: disable=g-import-not-at-top
   config, flags = tiny_files_config(tmp_path)
   runs = {'1': (1, 1), '8': (8, 1), '8x2': (8, 2)}  # devices, grad_accum_steps
   records = {}
@@ -289,20 +291,20 @@ def test_auto_dtype_and_bfloat16_keeps_float32_state():
   precision (8 bits of mantissa)."""
   assert demo.get_config().model.dtype == 'auto'
   config = tiny_config()
-  assert config_lib.validate(config).dtype == 'float32'
+  assert ModelConfig.from_config(config).dtype == 'float32'
   assert config_lib.compute_dtype('gpu') == config_lib.compute_dtype('tpu') == 'bfloat16'
   assert config_lib.compute_dtype('cpu') == 'float32'
   batches = [synthetic.make_batch(16, config.vocab_size, config.max_length, 0, i)
              for i in range(2)]
   _, metrics_32 = run_steps(config, jax.devices()[:1], batches)
   config.model.dtype = 'bfloat16'
-  mesh = train.make_mesh(jax.devices()[:1])
-  model_config = config_lib.validate(config)
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
+  model_config = ModelConfig.from_config(config)
   tx = optim.make_optimizer(config)
-  state = train.create_train_state(Transformer(model_config), tx, config.seed, mesh)
-  train_fn, _ = train.compile_steps(model_config, tx, config.label_smoothing, mesh)
+  state = train_step.create_train_state(Transformer(model_config), tx, config.seed, mesh)
+  train_fn, _ = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh)
   for batch in batches:
-    state, metrics_16 = train_fn(state, train.shard_batch(batch, mesh))
+    state, metrics_16 = train_fn(state, mesh_lib.shard_batch(batch, mesh))
   floats = [x for x in jax.tree_util.tree_leaves((state.params, state.opt_state))
             if jax.numpy.issubdtype(x.dtype, jax.numpy.floating)]
   assert floats and all(x.dtype == np.float32 for x in floats)

@@ -1,0 +1,363 @@
+"""Batching of §5.1: sub-word ids -> length buckets -> batches of ~25k tokens.
+
+"Sentence pairs were batched together by approximate sequence length. Each
+training batch contained a set of sentence pairs containing approximately 25000
+source tokens and 25000 target tokens." (§5.1)
+
+  text (tfds `wmt14_translate` or PREFIX.<lang> files)
+    -> ids with EOS appended (the shared SentencePiece model, tokenizer.py),
+       encoded once and cached in <workdir>/data_cache/
+    -> drop pairs with an empty side or a side over `max_length` (logged)
+    -> each pair goes to a cell (source bucket, target bucket) of a fixed grid
+       of padded lengths
+    -> per epoch, seeded by (config.seed, epoch): shuffle within cells, cut
+       batches, shuffle the batches
+    -> each process gathers its own block of rows of each batch and pads them with 0.
+
+The pipeline is plain numpy, so its position is just (epoch, batch): restoring
+it replays exactly the batches an uninterrupted run would have produced.
+
+Choices the paper leaves open:
+  * padded lengths are multiples of 4 growing ~10% a step (`bucket_growth`);
+    a batch of cell (S, T) has the most rows with rows*S and rows*T both within
+    `tokens_per_batch`, whatever the number of devices or processes: the batches
+    (which pairs, in which order) are the same on any topology, so a run resumes
+    on another one. Padding rows (all PAD: weight 0 in the loss) then make a
+    batch's rows divisible by the devices (times `grad_accum_steps`);
+  * the shorter side of a pair is padded up to within `bucket_band` buckets of
+    the longer one: fewer distinct shapes (compilations) for a little padding.
+    `bucket_band=0` pads both sides to the longer one, as tensor2tensor did;
+  * a cell's left-over pairs join the next cell (both sides one bucket longer)
+    when the cell filled at least one batch, else they form one smaller batch;
+    every kept pair is in exactly one batch per epoch. On WMT nearly every batch
+    is full; on a corpus of a few thousand pairs most cells hold less than a
+    batch, so most batches are smaller than `tokens_per_batch`;
+  * lengths count the EOS; eval sets are never length-filtered.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from absl import logging
+
+from t2t_jax import errors, id_cache
+from t2t_jax.id_cache import Encoded, Pairs
+from t2t_jax.tokenizer import PAD_ID
+
+Batch = dict[str, np.ndarray]
+
+_QUANTUM = 4  # padded lengths are multiples of this
+# Pairs whose lengths are looked at a time when filtering and bucketing: bounds the
+# int64 temporaries (WMT EN-FR has 36M pairs).
+_SLICE = 1 << 20
+# The batch plan's version, saved with the input-pipeline state. 2: rows per batch no
+# longer rounded to the device count (the same batches on any topology). States of
+# version 1 (no 'plan' key) cannot continue exactly: their batches are not this plan's.
+_PLAN_VERSION = 2
+
+# ------------------------------------------------------------ pairs kept
+
+
+def _index_dtype(num_pairs: int) -> type:
+  """int32 pair indices while they fit: half the memory of int64 on WMT's 4.5M-36M pairs."""
+  return np.int32 if num_pairs < np.iinfo(np.int32).max else np.int64
+
+
+def length_filter(encoded: Encoded, max_length: int, name: str) -> np.ndarray:
+  """Indices of the pairs kept for training; the dropped ones are counted."""
+  num_pairs = len(encoded.offsets[0]) - 1
+  empty, too_long = np.empty(num_pairs, bool), np.empty(num_pairs, bool)
+  for start in range(0, num_pairs, _SLICE):
+    part = slice(start, start + _SLICE)
+    src, tgt = (np.diff(offsets[start:start + _SLICE + 1]) for offsets in encoded.offsets)
+    empty[part] = (src <= 1) | (tgt <= 1)  # only the EOS
+    too_long[part] = ~empty[part] & ((src > max_length) | (tgt > max_length))
+  kept = np.flatnonzero(~empty & ~too_long).astype(_index_dtype(num_pairs))
+  logging.info(
+      '%s: %d pairs; dropped %d with an empty side and %d with a side longer '
+      'than max_length=%d tokens; kept %d', name, num_pairs, empty.sum(),
+      too_long.sum(), max_length, len(kept))
+  if not len(kept):
+    raise errors.UserError(f'{name}: no sentence pair left after dropping empty pairs '
+                           f'and pairs over config.max_length={max_length} tokens')
+  return kept
+
+
+def _gather(encoded: Encoded, side: int, pairs: np.ndarray, rows: int,
+            width: int) -> np.ndarray:
+  """Rows of ids right-padded with PAD to `width`; missing rows are all PAD."""
+  out = np.full((rows, width), PAD_ID, np.int32)
+  starts = np.asarray(encoded.offsets[side][pairs])
+  lengths = np.asarray(encoded.offsets[side][pairs + 1]) - starts
+  columns = np.arange(width)
+  mask = columns < lengths[:, None]
+  out[:len(pairs)][mask] = encoded.ids[side][(starts[:, None] + columns)[mask]]
+  return out
+
+
+# ------------------------------------------------------------------ buckets
+
+
+def bucket_lengths(max_length: int, growth: float) -> np.ndarray:
+  """Padded lengths: multiples of 4 growing by `growth`, the last >= max_length."""
+  last = _round_up(max(max_length, 1), _QUANTUM)
+  lengths = [_QUANTUM]
+  while lengths[-1] < last:
+    grown = math.ceil(lengths[-1] * growth - 1e-9)  # 1e-9: 40 * 1.1 is 44, not 45
+    lengths.append(max(lengths[-1] + _QUANTUM, _round_up(grown, _QUANTUM)))
+  lengths[-1] = last
+  if len(lengths) > 2 and lengths[-2] * growth > last:
+    del lengths[-2]  # no bucket a sliver below the last one
+  return np.array(lengths, np.int64)
+
+
+def _round_up(x: int, multiple: int) -> int:
+  return -(-x // multiple) * multiple
+
+
+def _cells(encoded: Encoded, kept: np.ndarray, grid: np.ndarray,
+           band: int) -> tuple[np.ndarray, np.ndarray]:
+  """Grid indices (source, target) of each kept pair's padded lengths.
+
+  int16 (a grid has tens of lengths), computed a slice of pairs at a time: 4 bytes
+  a pair instead of 16, and no int64 temporaries the size of the corpus.
+  """
+  cells = np.empty((2, len(kept)), np.int16)
+  band = min(band, len(grid))  # a wider band changes nothing, and stays an int16
+  for start in range(0, len(kept), _SLICE):
+    pairs = kept[start:start + _SLICE]
+    i, j = (np.searchsorted(grid, offsets[pairs + 1] - offsets[pairs]).astype(np.int16)
+            for offsets in encoded.offsets)
+    longer = np.maximum(i, j)
+    cells[:, start:start + len(pairs)] = np.maximum(i, longer - band), np.maximum(j, longer - band)
+  return cells[0], cells[1]
+
+
+def _rows(grid: np.ndarray, tokens_per_batch: int) -> np.ndarray:
+  """[S, T] -> most rows with rows*S and rows*T in budget.
+
+  Not rounded to the device count: the plan must not depend on the topology.
+  """
+  longer = np.maximum(grid[:, None], grid[None, :])
+  return tokens_per_batch // longer
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+  """One epoch: batch b holds pairs order[starts[b]:starts[b + 1]], in shapes[b]."""
+  order: np.ndarray
+  starts: np.ndarray
+  shapes: np.ndarray  # [num_batches, 3]: global rows (pairs, before padding rows), S, T
+
+  @property
+  def num_batches(self) -> int:
+    return len(self.shapes)
+
+
+def _epoch_plan(cell_i: np.ndarray, cell_j: np.ndarray, grid: np.ndarray,
+                rows: np.ndarray, rng: np.random.Generator) -> _Plan:
+  """Cuts one epoch into batches, cell by cell, then shuffles the batches."""
+  n = len(grid)
+  cell = cell_i.astype(np.int16 if n * n <= np.iinfo(np.int16).max else np.int32) * n + cell_j
+  # = rng.permutation(len(cell)), the same draws, in int32 (shuffle is Fisher-Yates
+  # whatever the dtype): resumed runs see the batches of earlier versions.
+  shuffled = np.arange(len(cell), dtype=_index_dtype(len(cell)))
+  rng.shuffle(shuffled)
+  # A stable sort's order depends only on the keys, whatever their dtype.
+  grouped = shuffled[np.argsort(cell[shuffled], kind='stable')]
+  # (in cell's dtype: searching int64 keys would copy cell[grouped] to int64)
+  bounds = np.searchsorted(cell[grouped], np.arange(n * n + 1, dtype=cell.dtype))
+  carry: dict[tuple[int, int], np.ndarray] = {}
+  batches, shapes = [], []
+  # By i + j, so that a cell's left-overs reach (i + 1, j + 1) before it is cut.
+  for i, j in sorted(itertools.product(range(n), range(n)), key=sum):
+    members = grouped[bounds[i * n + j]:bounds[i * n + j + 1]]
+    if (i, j) in carry:
+      members = np.concatenate([carry.pop((i, j)), members])
+    r = int(rows[i, j])
+    full = len(members) // r if len(members) else 0
+    batches += [members[b * r:(b + 1) * r] for b in range(full)]
+    shapes += [(r, grid[i], grid[j])] * full
+    rest = members[full * r:]
+    if len(rest) and full and i + 1 < n and j + 1 < n and rows[i + 1, j + 1]:
+      carry[(i + 1, j + 1)] = rest
+    elif len(rest):
+      batches.append(rest)
+      shapes.append((len(rest), grid[i], grid[j]))
+  perm = rng.permutation(len(batches))
+  sizes = np.array([len(batches[b]) for b in perm], np.int64)
+  return _Plan(order=np.concatenate([batches[b] for b in perm]),
+               starts=np.concatenate([[0], np.cumsum(sizes)]),
+               shapes=np.array(shapes, np.int64).reshape(-1, 3)[perm])
+
+
+# ----------------------------------------------------------------- training
+
+
+class TrainIterator:
+  """Endless process-local training batches, epoch after epoch (§5.1).
+
+  Yields {'inputs': int32 [rows, S], 'targets': int32 [rows, T]}: this process's
+  contiguous block of a global batch. The plan's batches (which pairs, in which
+  order) do not depend on the topology; all-PAD rows at the end of each global
+  batch make its rows divisible by num_devices × grad_accum_steps, so that every
+  device gets as many rows and the train step can cut them into micro-batches.
+  `get_state`/`set_state` save and restore the position exactly, also into an
+  iterator of another topology.
+  """
+
+  def __init__(self, encoded: Encoded, kept: np.ndarray, config: Any, *,
+               num_devices: int, process_index: int, process_count: int,
+               data_key: str, grad_accum_steps: int = 1):
+    self._encoded, self._kept = encoded, kept
+    self._grid = bucket_lengths(config.max_length, config.bucket_growth)
+    self._cell_i, self._cell_j = _cells(encoded, kept, self._grid, config.bucket_band)
+    self._rows = _rows(self._grid, config.tokens_per_batch)
+    # Rows shrink as the longer side grows, so the longest cell decides.
+    last = max(self._cell_i.max(), self._cell_j.max())
+    if not self._rows[last, last]:
+      longest = int(self._grid[last])
+      raise errors.UserError(
+          f'config.tokens_per_batch={config.tokens_per_batch} cannot hold one '
+          f'{longest}-token row; raise it or lower config.max_length')
+    self._seed = config.seed
+    self._row_multiple = num_devices * grad_accum_steps  # global rows are padded to it
+    self._process_index, self._process_count = process_index, process_count
+    # No topology here: a state saved on 8 devices resumes on 1 (the same batches).
+    settings = [data_key, config.max_length, config.tokens_per_batch, config.seed,
+                config.bucket_growth, config.bucket_band, len(kept), _PLAN_VERSION]
+    self._fingerprint = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
+    self._epoch, self._batch = 0, 0
+    self._plan: _Plan | None = None
+    self._plan_epoch = -1
+
+  def __iter__(self) -> TrainIterator:
+    return self
+
+  def __next__(self) -> Batch:
+    plan = self.plan(self._epoch)
+    batch = self._local_batch(plan, self._batch)
+    self._batch += 1
+    if self._batch == plan.num_batches:
+      self._epoch, self._batch = self._epoch + 1, 0
+    return batch
+
+  @property
+  def fingerprint(self) -> str:
+    """Identifies the data and the settings of the plan: hosts must agree on it."""
+    return self._fingerprint
+
+  def get_state(self) -> dict[str, Any]:
+    """The position: the next batch is batch `batch` of epoch `epoch`."""
+    return {'epoch': self._epoch, 'batch': self._batch,
+            'fingerprint': self._fingerprint, 'plan': _PLAN_VERSION}
+
+  def set_state(self, state: dict[str, Any]) -> None:
+    if state.get('fingerprint') != self._fingerprint and state.get('plan') != _PLAN_VERSION:
+      raise errors.UserError(
+          f'The saved input-pipeline state (fingerprint {state.get("fingerprint")}) was '
+          f'made by an older t2t_jax, whose batch plan (version {state.get("plan", 1)}) '
+          'rounded the rows of each batch to the number of devices; this version\'s plan '
+          f'(version {_PLAN_VERSION}) is the same on any number of devices, so its batches '
+          'differ and that position cannot be continued exactly. Resume with the version '
+          'that made the checkpoint, or start again (--config.restart=True).')
+    if state.get('fingerprint') != self._fingerprint:
+      raise errors.UserError(
+          'The saved input-pipeline state was made for different data or settings '
+          '(data files, vocabulary, max_length, tokens_per_batch, seed or bucketing), '
+          'so its position cannot be restored exactly: saved fingerprint '
+          f'{state.get("fingerprint")}, now {self._fingerprint}.')
+    epoch, batch = int(state['epoch']), int(state['batch'])
+    if not 0 <= batch < self.plan(epoch).num_batches:
+      raise errors.UserError(f'Input-pipeline state {state}: epoch {epoch} has '
+                             f'{self.plan(epoch).num_batches} batches')
+    self._epoch, self._batch = epoch, batch
+
+  def plan(self, epoch: int) -> _Plan:
+    """The batches of `epoch`, a pure function of (config.seed, epoch)."""
+    if self._plan_epoch != epoch:
+      rng = np.random.default_rng([self._seed, epoch])
+      self._plan = _epoch_plan(self._cell_i, self._cell_j, self._grid, self._rows, rng)
+      self._plan_epoch = epoch
+    return self._plan
+
+  def _local_batch(self, plan: _Plan, b: int) -> Batch:
+    rows, src_len, tgt_len = (int(x) for x in plan.shapes[b])
+    # Padded first, then cut: the processes' blocks are equal, disjoint and together
+    # the whole batch; the padding rows fall into the last blocks.
+    local_rows = _round_up(rows, self._row_multiple) // self._process_count
+    first = plan.starts[b] + self._process_index * local_rows
+    # Pairs past the batch's end are padding rows, left all-PAD by _gather.
+    stop = min(first + local_rows, plan.starts[b + 1])
+    pairs = self._kept[plan.order[first:max(first, stop)]]
+    return {'inputs': _gather(self._encoded, 0, pairs, local_rows, src_len),
+            'targets': _gather(self._encoded, 1, pairs, local_rows, tgt_len)}
+
+
+# --------------------------------------------------------------- evaluation
+
+
+@dataclasses.dataclass
+class EvalSet:
+  """A dev or test set: raw text for BLEU, and batches for decoding and loss."""
+  sources: list[str]  # raw source sentences, original order
+  references: list[str]  # raw target sentences, original order
+  encoded: Encoded | None = dataclasses.field(default=None, repr=False)
+  tokens_per_batch: int = 8192
+  bucket_growth: float = 1.1
+  num_devices: int = 1
+  process_index: int = 0
+  process_count: int = 1
+
+  def batches(self) -> Iterator[Batch]:
+    """Process-local batches, shortest first, in few distinct shapes.
+
+    Pairs are grouped by the length bucket L of their longer side: 'inputs' and 'targets'
+    int32 [rows, L], 'index' int32 [rows] (position in sources/references; -1 for padding
+    rows). A bucket's full batches all have the budget's rows for L, and its last one a
+    power-of-two fraction of them, so evaluation compiles a few times per bucket, not once
+    per batch. Nothing is dropped: a pair too long for the budget gets num_devices rows.
+    """
+    for pairs, rows, length in self._groups():
+      local_rows = rows // self.process_count
+      mine = pairs[self.process_index * local_rows:(self.process_index + 1) * local_rows]
+      index = np.full(local_rows, -1, np.int32)
+      index[:len(mine)] = mine
+      yield {'inputs': _gather(self.encoded, 0, mine, local_rows, length),
+             'targets': _gather(self.encoded, 1, mine, local_rows, length),
+             'index': index}
+
+  def _groups(self) -> Iterator[tuple[np.ndarray, int, int]]:
+    """(pairs, rows, L) per batch: buckets in increasing L, sources by length within."""
+    src, tgt = self.encoded.lengths
+    if not len(src):
+      return
+    grid = bucket_lengths(int(max(src.max(), tgt.max())), self.bucket_growth)
+    joint = grid[np.searchsorted(grid, np.maximum(src, tgt))]  # [pairs] L of each pair
+    order = np.lexsort((src, joint))
+    for length in np.unique(joint):
+      members = order[joint[order] == length]
+      full = max(1, self.tokens_per_batch // int(length) // self.num_devices)  # per device
+      for start in range(0, len(members), full * self.num_devices):
+        pairs = members[start:start + full * self.num_devices]
+        per_device = -(-len(pairs) // self.num_devices)
+        rows = min(full, 1 << (per_device - 1).bit_length()) * self.num_devices
+        yield pairs, rows, int(length)
+
+
+def make_eval_set(name: str, text: Pairs, tokenizer: Any, config: Any, **topology: int,
+                  ) -> EvalSet:
+  """A dev or test set (`text`: its raw sources and references), encoded whole."""
+  encoded = id_cache.encode(iter([text]), tokenizer)
+  too_long = (np.maximum(*encoded.lengths) > config.max_length).sum()
+  logging.info('%s: %d pairs, %d longer than max_length=%d (kept: eval sets are '
+               'not filtered)', name, len(text[0]), too_long, config.max_length)
+  return EvalSet(text[0], text[1], encoded, config.eval_tokens_per_batch,
+                 config.bucket_growth, **topology)

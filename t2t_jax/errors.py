@@ -1,0 +1,31 @@
+"""The one exception a user acts on: `main` prints it in one line; anything else is a bug
+and keeps its traceback (--traceback shows a UserError's too).
+"""
+from __future__ import annotations
+
+import errno
+
+# The operating system's refusals that name their path and are the user's to fix: a full
+# disk or quota, a missing permission, a read-only file system.
+_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM,
+                                 errno.EROFS})
+
+
+class UserError(ValueError):
+  """A bad config key, input file or line, workdir or checkpoint, named in the message.
+
+  A ValueError, so that code catching bad values (and tests) keeps working; but `main`
+  prints only UserErrors as one line, so an internal ValueError (a shape mismatch inside
+  JAX, say) is never dressed up as a config mistake.
+  """
+
+
+class MissingFileError(UserError, FileNotFoundError):
+  """A file the config or a flag names does not exist (a UserError and a FileNotFoundError)."""
+
+
+def is_for_user(error: BaseException) -> bool:
+  """Whether `main` shows `error` as one line: a UserError, or the system refusing a write."""
+  if isinstance(error, UserError):
+    return True
+  return isinstance(error, OSError) and error.errno in _ENVIRONMENT_ERRNOS

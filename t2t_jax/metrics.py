@@ -1,0 +1,74 @@
+"""Metrics plumbing: DIR/metrics.jsonl, TensorBoard events in DIR/tensorboard/, throughput.
+
+No paper here. Events are written with TensorBoard's record framing and protos alone: its
+EventFileWriter would import TensorFlow (~6 s) through `tensorboard.compat.tf` and flush
+from a thread of its own; a scalar log needs neither.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import jax
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.record_writer import RecordWriter
+
+
+class MetricWriter:
+  """Appends one JSON object per call to DIR/metrics.jsonl and writes TensorBoard events.
+
+  Only process 0 writes, so several hosts don't write the same file. Each call is flushed:
+  a killed run loses no logged step.
+  """
+
+  def __init__(self, workdir: str):
+    self._active = jax.process_index() == 0
+    if not self._active:
+      return
+    events_dir = os.path.join(workdir, 'tensorboard')
+    os.makedirs(events_dir, exist_ok=True)
+    self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
+    # TensorBoard reads every events.out.tfevents.* file of a folder; one per run of the
+    # process, named as TensorBoard's own writer names them.
+    name = f'events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}'
+    self._events = RecordWriter(open(os.path.join(events_dir, name), 'ab'))
+    self._add(event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2'))
+
+  def write(self, step: int, metrics: dict[str, float], prefix: str = '') -> None:
+    if not self._active:
+      return
+    record = {'step': step, **{prefix + k: float(v) for k, v in metrics.items()}}
+    self._jsonl.write(json.dumps(record) + '\n')
+    self._jsonl.flush()
+    values = [summary_pb2.Summary.Value(tag=k, simple_value=v)
+              for k, v in record.items() if k != 'step']
+    self._add(event_pb2.Event(wall_time=time.time(), step=step,
+                              summary=summary_pb2.Summary(value=values)))
+
+  def _add(self, event: event_pb2.Event) -> None:
+    self._events.write(event.SerializeToString())
+    self._events.flush()
+
+  def close(self) -> None:
+    if self._active:
+      self._jsonl.close()
+      self._events.close()
+
+
+class Throughput:
+  """Tokens/s, steps/s and ETA between two log points; syncs only when asked."""
+
+  def __init__(self, start_step: int, total_steps: int):
+    self._total = total_steps
+    self._step = start_step
+    self._time = time.perf_counter()
+
+  def measure(self, step: int, tokens: float) -> dict[str, float]:
+    now = time.perf_counter()
+    seconds = max(now - self._time, 1e-9)
+    steps_per_s = (step - self._step) / seconds
+    self._step, self._time = step, now
+    return {'tokens_per_s': tokens / seconds, 'steps_per_s': steps_per_s,
+            'eta_minutes': (self._total - step) / max(steps_per_s, 1e-9) / 60}

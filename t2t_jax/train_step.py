@@ -1,0 +1,171 @@
+"""The training step (§5): the train state, the data-parallel train and eval steps.
+
+Data parallelism is the pmap model written with `jax.shard_map` under `jax.jit` (mesh.py):
+each step is a per-device function over the 1-D mesh of all devices (axis 'data');
+parameters and optimizer state are replicated, each batch is split along its rows, and
+gradients and metrics are summed over the axis. `compile_steps` is the one place the steps
+are compiled; the loop that drives them is train.py.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from t2t_jax import losses
+from t2t_jax.mesh import AXIS, replicated, shard_batch
+from t2t_jax.model import ModelConfig, Transformer
+from t2t_jax.tokenizer import PAD_ID
+
+Batch = dict[str, jax.Array]
+Metrics = dict[str, jax.Array]
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything a training run needs to continue: the step, params, Adam state and RNG."""
+  step: jax.Array  # int32 [], updates done so far
+  params: Any
+  opt_state: optax.OptState
+  rng: jax.Array  # uint32 [2], the run's dropout key; step keys are fold_in(rng, step)
+
+
+def create_train_state(model: Transformer, tx: optax.GradientTransformation, seed: int,
+                       mesh: Mesh) -> TrainState:
+  """Initialises the parameters and Adam state directly as replicated global arrays."""
+  def init() -> TrainState:
+    params_rng, dropout_rng = jax.random.split(jax.random.PRNGKey(seed))
+    dummy = jnp.ones((1, 1), jnp.int32)
+    params = model.init(params_rng, dummy, dummy)['params']
+    return TrainState(step=jnp.array(0, jnp.int32), params=params, opt_state=tx.init(params),
+                      rng=dropout_rng)
+  return jax.jit(init, out_shardings=replicated(mesh))()
+
+
+def _loss_sums(params: Any, batch: Batch, model: Transformer, label_smoothing: float,
+               rngs: dict[str, jax.Array] | None) -> tuple[jax.Array, losses.LossSums]:
+  logits = model.apply({'params': params}, batch['inputs'], batch['targets'], rngs=rngs)
+  sums = losses.cross_entropy_sums(logits, batch['targets'], label_smoothing=label_smoothing)
+  return sums.loss, sums
+
+
+def _metric_sums(sums: losses.LossSums, batch: Batch) -> Metrics:
+  """Summed over devices; the host divides by the token counts for means."""
+  source_tokens = jnp.sum(batch['inputs'] != PAD_ID).astype(jnp.float32)
+  local = dict(sums._asdict(), num_source_tokens=source_tokens)
+  return jax.lax.psum(local, AXIS)
+
+
+def _accumulated_grads(params: Any, batch: Batch, rng: jax.Array, model: Transformer,
+                       label_smoothing: float, grad_accum_steps: int,
+                       ) -> tuple[Any, losses.LossSums]:
+  """The gradient of this device's loss sum, and its LossSums, over its rows cut into
+  `grad_accum_steps` micro-batches taken one after another (`lax.scan`): memory holds one
+  micro-batch's activations plus the running sums. Sums of sums, so the same gradient as
+  one pass over the rows (to float rounding): the paper's 25k-token update (§5.1) on
+  fewer or smaller accelerators."""
+  rows = batch['inputs'].shape[0]
+  if rows % grad_accum_steps:
+    raise ValueError(f'{rows} rows a device cannot be cut into grad_accum_steps='
+                     f'{grad_accum_steps} micro-batches: pad the global batch to a multiple '
+                     'of devices × grad_accum_steps (data.get_datasets(grad_accum_steps=...))')
+  # [k, rows / k, length]: micro-batch i is the device's rows i·rows/k .. (i + 1)·rows/k - 1.
+  micro_batches = jax.tree_util.tree_map(
+      lambda x: x.reshape(grad_accum_steps, rows // grad_accum_steps, *x.shape[1:]), batch)
+  grad_fn = jax.grad(functools.partial(_loss_sums, model=model, label_smoothing=label_smoothing),
+                     has_aux=True)
+
+  def add_micro_batch(totals, i_and_batch):
+    i, micro_batch = i_and_batch
+    # A dropout mask of its own for each micro-batch: fold in its index.
+    out = grad_fn(params, micro_batch, rngs={'dropout': jax.random.fold_in(rng, i)})
+    return jax.tree_util.tree_map(jnp.add, totals, out), None
+
+  first = jax.tree_util.tree_map(lambda x: x[0], micro_batches)
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(
+      grad_fn, params, first, rngs={'dropout': rng}))
+  (grads, sums), _ = jax.lax.scan(add_micro_batch, zeros,
+                                  (jnp.arange(grad_accum_steps), micro_batches))
+  return grads, sums
+
+
+def train_step(state: TrainState, batch: Batch, *, model: Transformer,
+               tx: optax.GradientTransformation, label_smoothing: float,
+               grad_accum_steps: int = 1) -> tuple[TrainState, Metrics]:
+  """One Adam update on this device's rows of the global batch (run under shard_map).
+
+  The loss is the sum over the device's real target tokens; the summed gradients are
+  divided by the global token count (psum over devices), so the update is the gradient of
+  the per-token mean over the whole batch, however the batch is split across devices, and
+  with `grad_accum_steps` > 1 however each device's rows are split into micro-batches.
+  """
+  rng = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), jax.lax.axis_index(AXIS))
+  # Differentiate w.r.t. a per-device copy of the params: otherwise shard_map's autodiff
+  # already sums the cotangent of a replicated input over the axis, and the psum below
+  # would count every device's gradient `mesh.size` times.
+  local_params = jax.lax.pcast(state.params, AXIS, to='varying')
+  if grad_accum_steps == 1:  # one pass over the rows
+    grad_fn = jax.grad(_loss_sums, has_aux=True)
+    grads, sums = grad_fn(local_params, batch, model, label_smoothing, {'dropout': rng})
+  else:
+    grads, sums = _accumulated_grads(local_params, batch, rng, model, label_smoothing,
+                                     grad_accum_steps)
+  metrics = _metric_sums(sums, batch)
+  grads = jax.tree_util.tree_map(lambda g: jax.lax.psum(g, AXIS) / metrics['num_tokens'], grads)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics['grad_norm'] = optax.tree.norm(grads)
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def eval_step(params: Any, batch: Batch, *, model: Transformer, label_smoothing: float,
+              ) -> Metrics:
+  """Loss sums of this device's rows, summed over devices; no dropout."""
+  _, sums = _loss_sums(params, batch, model, label_smoothing, rngs=None)
+  return _metric_sums(sums, batch)
+
+
+def compile_steps(model_config: ModelConfig, tx: optax.GradientTransformation,
+                  label_smoothing: float, mesh: Mesh, *, grad_accum_steps: int = 1,
+                  ) -> tuple[Callable, Callable]:
+  """The train and eval steps as jit(shard_map(...)) over `mesh`: the one place they compile.
+
+  The train step donates the old state: no second copy of params and Adam moments. With
+  `grad_accum_steps` = k (config.grad_accum_steps) it takes each device's rows in k
+  micro-batches; batches then need rows divisible by mesh.size × k.
+  """
+  train_model = Transformer(model_config)
+  eval_model = Transformer(model_config.replace(deterministic=True))
+  train = jax.shard_map(
+      functools.partial(train_step, model=train_model, tx=tx, label_smoothing=label_smoothing,
+                        grad_accum_steps=grad_accum_steps),
+      mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
+  evaluate = jax.shard_map(
+      functools.partial(eval_step, model=eval_model, label_smoothing=label_smoothing),
+      mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=P())
+  return jax.jit(train, donate_argnums=0), jax.jit(evaluate)
+
+
+def summarize(sums: dict[str, float]) -> dict[str, float]:
+  """Means from summed metrics: per-token loss, perplexity of the unsmoothed loss, accuracy."""
+  n = max(sums['num_tokens'], 1.0)
+  return {'loss': sums['loss'] / n, 'nll': sums['nll'] / n,
+          'perplexity': float(np.exp(min(sums['nll'] / n, 50.0))), 'accuracy': sums['correct'] / n}
+
+
+def eval_metrics(eval_fn: Callable, params: Any, batches: Iterable[dict[str, np.ndarray]],
+             mesh: Mesh) -> dict[str, float]:
+  """Loss, perplexity and accuracy over a whole eval set."""
+  totals: dict[str, float] = {}
+  for batch in batches:
+    batch = {k: v for k, v in batch.items() if k in ('inputs', 'targets')}
+    for k, v in jax.device_get(eval_fn(params, shard_batch(batch, mesh))).items():
+      totals[k] = totals.get(k, 0.0) + float(v)
+  return summarize(totals)
