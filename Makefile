@@ -7,13 +7,24 @@ PY := $(VENV)/bin/python
 WORKDIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench setup
+.PHONY: demo test test-fast lint bench setup setup-test
 
+# Two stamps: the demo installs the package alone, without TensorFlow (the extra `wmt`, for
+# config.dataset='tfds' only); the tests add the extra `test`, which pulls `wmt` in.
 setup: $(VENV)/.installed
+setup-test: $(VENV)/.installed-test
 
+# A python3 older than requires-python fails here, in one line, before a .venv is made.
 $(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo \
+	  "t2t_jax needs Python >= 3.11 (pyproject.toml), $(PYTHON) is $$($(PYTHON) -V 2>&1):" \
+	  "make $(or $(MAKECMDGOALS),setup) PYTHON=python3.11 (or newer)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
@@ -32,13 +43,13 @@ demo: setup
 
 # Style and likely bugs (pyproject.toml's [tool.ruff]); `make test` runs it first, so a lint
 # error fails the suite.
-lint: setup
+lint: setup-test
 	$(PY) -m ruff check .
 
-test: setup lint
+test: setup-test lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-test-fast: setup
+test-fast: setup-test
 	$(PY) -m pytest -q -m 'not slow' $(PYTEST_ARGS)
 
 bench: setup

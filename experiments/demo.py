@@ -10,7 +10,10 @@ Train it on your own files instead with
 """
 import ml_collections
 
-from experiments import wmt_ende_base
+from t2t_jax import config_lib
+
+# Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
+wmt_ende_base = config_lib.load_sibling(__file__, 'wmt_ende_base')
 
 
 def get_config() -> ml_collections.ConfigDict:

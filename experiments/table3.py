@@ -6,7 +6,11 @@ Rows leave everything else at "base"; blank cells of Table 3 mean "as base".
 """
 import ml_collections
 
-from experiments import wmt_ende_base, wmt_ende_big
+from t2t_jax import config_lib
+
+# Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
+wmt_ende_base = config_lib.load_sibling(__file__, 'wmt_ende_base')
+wmt_ende_big = config_lib.load_sibling(__file__, 'wmt_ende_big')
 
 # row name -> overrides of the base config; keys with a dot go into config.model.
 ROWS: dict[str, dict] = {

@@ -1,7 +1,10 @@
 """Transformer (big) on WMT14 English→French (41.8 BLEU, Table 2)."""
 import ml_collections
 
-from experiments import wmt_ende_big
+from t2t_jax import config_lib
+
+# Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
+wmt_ende_big = config_lib.load_sibling(__file__, 'wmt_ende_big')
 
 
 def get_config() -> ml_collections.ConfigDict:

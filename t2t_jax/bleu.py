@@ -15,7 +15,6 @@ import re
 from collections.abc import Sequence
 
 import sacrebleu
-from sacremoses import MosesTokenizer
 
 # get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'
 _COMPOUND = re.compile(r'(\S)-(\S)')
@@ -28,6 +27,9 @@ def split_compounds(line: str) -> str:
 
 def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
   """`tokenizer.perl -l lang` (default options: escaping on, no aggressive dash splits)."""
+  # Lazily: sacremoses compiles its regular expressions at import (~0.4 s), which every
+  # command-line start would pay; only scoring needs it.
+  from sacremoses import MosesTokenizer
   tokenizer = MosesTokenizer(lang=lang)
   return [tokenizer.tokenize(line, return_str=True, escape=True) for line in lines]
 

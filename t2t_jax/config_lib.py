@@ -10,6 +10,7 @@ that starts `config.<key>: `.
 
 `command_line_error` turns a --config file, Table 3 row or --config.KEY that does not exist
 into one line naming the nearest valid names, instead of a traceback from ml_collections.
+`load_sibling` lets a config build on another by path: experiments/ is no installed package.
 
 Of the project this imports only t2t_jax.errors: the config is checked before the data and
 the model are built from it (config → data → model), so model.py imports this module, never
@@ -25,6 +26,7 @@ import importlib.util
 import numbers
 import os
 import re
+import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -324,6 +326,80 @@ def _check_across_keys(config: ml_collections.ConfigDict) -> None:
         f'{config.decode_extra_length}')
 
 
+# ------------------------------------------------------------------ the recorded run
+
+# What a trained run fixes: its parameters and vocabulary were made with these values, so a
+# later mode must use them. Every other key (beam_size, eval_split, the test files,
+# restore_step, ...) may change from one invocation to the next.
+TRAINED_KEYS = ('vocab_size', 'source_lang', 'target_lang', 'model')
+# ...except the compute dtype, which only sets the precision of the arithmetic.
+MAY_DIFFER = frozenset({'config.model.dtype'})
+# Keys that act on the invocation that has them (workdir.move_aside, an older checkpoint):
+# a config read back from the workdir has them at their defaults.
+PER_INVOCATION = {'restart': False, 'restore_step': 0}
+
+
+def from_recorded(recorded: Mapping[str, Any], overrides: Sequence[str],
+                  where: str) -> ml_collections.ConfigDict:
+  """The config recorded in `where` (DIR/config.json), with PER_INVOCATION keys reset and
+  `overrides` ('config.beam_size=8', as on the command line) applied, each checked against
+  the recorded run (check_against_recorded)."""
+  config = ml_collections.ConfigDict(dict(recorded))
+  config.update(PER_INVOCATION)
+  for override in overrides:
+    path, equals, text_value = override.partition('=')
+    if not equals or not path.startswith('config.'):
+      raise errors.UserError(f'--{override}: expected --config.KEY=VALUE')
+    *parents, name = path.split('.')[1:]
+    node = config
+    for part in parents:
+      node = node[part] if part in node else None
+      if not isinstance(node, ml_collections.ConfigDict):
+        raise errors.UserError(f'--{path}: no such key in {where}')
+    if name not in node:
+      raise errors.UserError(f'--{path}: no such key in {where}')
+    node[name] = _parse_override(path, text_value, node[name])
+  check_against_recorded(config, recorded, where)
+  return config
+
+
+def _parse_override(path: str, text_value: str, current: Any) -> Any:
+  """A command-line value as the type of the recorded one (bool, int, float or str)."""
+  try:
+    if isinstance(current, bool):
+      if text_value.lower() not in ('true', 'false'):
+        raise ValueError(text_value)
+      return text_value.lower() == 'true'
+    if isinstance(current, (int, float, str)):
+      return type(current)(text_value)
+    return int(text_value) if re.fullmatch(r'-?\d+', text_value) else text_value
+  except ValueError:
+    raise errors.UserError(f'--{path}={text_value}: expected type {type(current).__name__} '
+                           f'(the recorded value is {current!r})') from None
+
+
+def check_against_recorded(config: ml_collections.ConfigDict, recorded: Mapping[str, Any],
+                           where: str) -> None:
+  """UserError naming the first TRAINED_KEYS key on which `config` contradicts the run
+  recorded in `where`: decoding, averaging and attention maps use the trained model."""
+  current = config.to_dict()
+  for key in TRAINED_KEYS:
+    for path, old, new in _leaf_differences(recorded.get(key), current.get(key), f'config.{key}'):
+      if path not in MAY_DIFFER:
+        raise errors.UserError(
+            f'{path}={new!r} contradicts the trained run recorded in {where} ({old!r}): its '
+            'parameters and vocabulary were made with that value; drop the --config or the '
+            'override (decoding keys such as beam_size may change)')
+
+
+def _leaf_differences(old: Any, new: Any, path: str) -> Iterable[tuple[str, Any, Any]]:
+  if isinstance(old, Mapping) and isinstance(new, Mapping):
+    for key in sorted(set(old) | set(new)):
+      yield from _leaf_differences(old.get(key), new.get(key), f'{path}.{key}')
+  elif old != new:
+    yield path, old, new
+
+
 # ------------------------------------------------------- mistakes on the command line
 
 
@@ -381,10 +457,7 @@ def _missing_file(path: str, file: str, row: str) -> str:
 
 def _load_config(file: str, args: list[str]) -> Any:
   """`get_config(*args)` of a config file, loaded as ml_collections' config flag loads it."""
-  loader = importlib.machinery.SourceFileLoader('t2t_jax_config_check', file)
-  module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-  loader.exec_module(module)
-  return module.get_config(*args)
+  return _load_module(file, 't2t_jax_config_check').get_config(*args)
 
 
 def _unknown_key(config: Any, path: str) -> str | None:
@@ -402,3 +475,25 @@ def _unknown_key(config: Any, path: str) -> str | None:
       return f'{walked}.{part}: no such key; {hint}'
     node, walked = node[part], f'{walked}.{part}'
   return None
+
+
+# ------------------------------------------------------- configs that build on configs
+
+
+def load_sibling(config_file: str, name: str) -> types.ModuleType:
+  """The config `name`.py beside `config_file` (a config's own __file__), loaded by path.
+
+  For configs that build on another (wmt_ende_big.py on wmt_ende_base.py): `--config` loads
+  a file by path, so its base must not need `experiments` importable as a package (the
+  repository on sys.path, or a generic top-level package installed): any directory works.
+  """
+  folder = os.path.dirname(os.path.abspath(config_file))
+  return _load_module(os.path.join(folder, f'{name}.py'), f't2t_jax_config_{name}')
+
+
+def _load_module(file: str, module_name: str) -> types.ModuleType:
+  """A Python file as a fresh module, not entered in sys.modules, as ml_collections loads it."""
+  loader = importlib.machinery.SourceFileLoader(module_name, file)
+  module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+  loader.exec_module(module)
+  return module

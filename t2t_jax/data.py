@@ -137,9 +137,10 @@ def _text_datasets(config: Any, workdir: str, topology: dict[str, int], once: On
                if found[name]}
   train = found['train']
   vocabulary = once('vocabulary', lambda: tokenizer_lib.load_or_train(
-      config, workdir, lambda: sources.both_sides(train)))
+      config, workdir, lambda: sources.both_sides(train),
+      total_texts=2 * train.size if train.size else None))  # both sides
   encoded = once('data_cache', lambda: id_cache.load_or_encode(
-      train.name, train.key, train.read, vocabulary, workdir))
+      train.name, train.key, train.read, vocabulary, workdir, size=train.size))
   kept = batching.length_filter(encoded, config.max_length, 'train')
   grad_accum_steps = topology.pop('grad_accum_steps')
   batches = batching.TrainIterator(encoded, kept, config, data_key=_data_key(encoded, vocabulary),

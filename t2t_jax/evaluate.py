@@ -27,6 +27,7 @@ from t2t_jax import batching, bleu, checkpoints, config_lib, data, decode, error
 from t2t_jax import workdir as workdir_lib
 from t2t_jax.mesh import AXIS, make_mesh, replicated, shard_batch
 from t2t_jax.model import ModelConfig, Transformer
+from t2t_jax.progress import Progress
 from t2t_jax.tokenizer import PAD_ID
 
 EVAL = 'eval'
@@ -66,21 +67,33 @@ def make_sharded_decoder(model_config: ModelConfig, config: ml_collections.Confi
 
 def translate_ids(decoder: Callable, params: Any, token_ids: Sequence[Sequence[int]],
                   config: ml_collections.ConfigDict, mesh: Mesh) -> list[np.ndarray]:
-  """Output ids (up to EOS) for each input in `token_ids`, in input order."""
+  """Output ids (up to EOS) for each input in `token_ids`, in input order.
+
+  Process 0 logs the sentences done, the rate and the ETA (progress.py).
+  """
   outputs: list[np.ndarray] = [np.zeros(0, np.int32)] * len(token_ids)
   rows_per_process = lambda rows: rows // jax.process_count()  # noqa: E731
-  for indices, rows, length in decoding_batches(
+  batches = list(decoding_batches(
       [len(t) for t in token_ids], tokens_per_batch=config.decode_tokens_per_batch,
-      num_devices=mesh.size, bucket_growth=config.bucket_growth):
-    src = np.full((rows, length), PAD_ID, np.int32)
-    for r, i in enumerate(indices):
-      src[r, :len(token_ids[i])] = token_ids[i]
-    mine = slice(rows_per_process(rows) * jax.process_index(),
-                 rows_per_process(rows) * (jax.process_index() + 1))
-    ids = decoder(params, shard_batch({'src': src[mine]}, mesh)['src'])
-    ids = _gather_rows(ids)
-    for r, i in enumerate(indices):
-      outputs[i] = ids[r]
+      num_devices=mesh.size, bucket_growth=config.bucket_growth))
+  # A batch's cost: its rows (empty ones too) times the most steps its beam search may take.
+  # The ETA follows that, not the sentences: short ones go first, and a sentence count would
+  # promise too early an end.
+  cost = lambda rows, length: rows * (length + config.decode_extra_length)  # noqa: E731
+  with Progress('Translating', len(token_ids), 'sentences',
+                work=sum(cost(rows, length) for _, rows, length in batches),
+                enabled=jax.process_index() == 0) as bar:
+    for indices, rows, length in batches:
+      src = np.full((rows, length), PAD_ID, np.int32)
+      for r, i in enumerate(indices):
+        src[r, :len(token_ids[i])] = token_ids[i]
+      mine = slice(rows_per_process(rows) * jax.process_index(),
+                   rows_per_process(rows) * (jax.process_index() + 1))
+      ids = decoder(params, shard_batch({'src': src[mine]}, mesh)['src'])
+      ids = _gather_rows(ids)
+      for r, i in enumerate(indices):
+        outputs[i] = ids[r]
+      bar.update(len(indices), work=cost(rows, length))
   return outputs
 
 

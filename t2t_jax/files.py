@@ -137,7 +137,7 @@ def publish(tmp: str, path: str) -> bool:
 
 
 def write_text(path: str, text: str) -> None:
-  """Writes `path` whole or not at all (UTF-8, '\n' line ends), through `publish`."""
+  """Writes `path` whole or not at all (UTF-8, lines ending in '\\n'), through `publish`."""
   tmp = f'{path}.tmp-{os.getpid()}'
   try:
     with open(tmp, 'w', encoding='utf-8', newline='\n') as f:

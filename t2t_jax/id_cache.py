@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from t2t_jax import errors, files
+from t2t_jax import errors, files, progress
 from t2t_jax.tokenizer import Tokenizer
 
 Pairs = tuple[list[str], list[str]]  # a chunk of text: (sources, targets)
@@ -106,12 +106,12 @@ class _NpyWriter:
 
 
 def _encode_into(folder: str, chunks: Iterator[Pairs], tokenizer: Tokenizer,
-                 cache_path: str) -> None:
+                 cache_path: str, bar: progress.Progress) -> None:
   """Encodes chunk by chunk straight into folder/<_CACHE_FILES>.npy.
 
   Memory holds one chunk, not all of WMT's 10^8 to 10^9 ids (twice over while
   concatenating them). Errors while writing name `cache_path`; errors while
-  reading the text stay the reader's.
+  reading the text stay the reader's. `bar` counts the pairs encoded.
   """
   writing = functools.partial(files.disk_write_errors, cache_path, 'the data cache')
   dtype = _id_dtype(tokenizer)
@@ -129,6 +129,7 @@ def _encode_into(folder: str, chunks: Iterator[Pairs], tokenizer: Tokenizer,
           writers[side].append(ids)
           writers[2 + side].append(ends[side] + np.cumsum(lengths))
           ends[side] += int(lengths.sum())
+      bar.update(len(chunk[0]))
     with writing():
       for writer in writers:
         writer.finish()
@@ -138,12 +139,13 @@ def _encode_into(folder: str, chunks: Iterator[Pairs], tokenizer: Tokenizer,
 
 
 def load_or_encode(name: str, key: dict[str, Any], read: Callable[[], Iterator[Pairs]],
-                   tokenizer: Tokenizer, workdir: str) -> Encoded:
+                   tokenizer: Tokenizer, workdir: str, *, size: int | None = None) -> Encoded:
   """Ids of split `name`, encoded once and kept in <workdir>/data_cache/.
 
   `key` identifies the text (file paths, sizes and times; or the tfds name, version
   and split); with the vocabulary's fingerprint it names the cache, so a change to
-  either re-encodes. `read` yields the text in chunks of pairs.
+  either re-encodes. `read` yields the text in chunks of pairs; `size`, the number
+  of pairs if known, is the total its progress lines count towards.
   """
   key = json.dumps({**key, 'vocab': tokenizer.fingerprint}, sort_keys=True)
   digest = hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -155,8 +157,9 @@ def load_or_encode(name: str, key: dict[str, Any], read: Callable[[], Iterator[P
       return encoded
     _discard(path)
   logging.info('Encoding the %s split into %s', name, path)
-  _save_atomically(path, key, functools.partial(
-      _encode_into, chunks=read(), tokenizer=tokenizer, cache_path=path))
+  with progress.Progress(f'Encoding the {name} split', size, 'pairs') as bar:
+    _save_atomically(path, key, functools.partial(
+        _encode_into, chunks=read(), tokenizer=tokenizer, cache_path=path, bar=bar))
   encoded = _load_cache(path)
   if encoded is None:
     raise errors.UserError(f'{path}: the data cache just written reads back damaged')

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import logging as python_logging
+import os
 import sys
 
+import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -27,8 +29,9 @@ from t2t_jax.model import ModelConfig, init_param_count
 MODES = ('train', 'params', 'average', 'translate', 'eval', 'attention')
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file, e.g. '
-                                'experiments/wmt_ende_base.py (or table3.py:ROW).',
-                                lock_config=True)
+                                'experiments/wmt_ende_base.py (or table3.py:ROW). Needed to '
+                                'train; other modes read the run recorded in the workdir '
+                                '(DIR/config.json) when it is absent.', lock_config=True)
 flags.DEFINE_string('workdir', None, 'Directory for checkpoints, vocabulary and metrics.')
 flags.DEFINE_enum('mode', 'train', MODES, 'What to do.')
 flags.DEFINE_bool('distributed', False, 'Call jax.distributed.initialize() first (multi-host '
@@ -41,8 +44,12 @@ flags.DEFINE_string('output', None, 'translate: the output file (default: stdout
                     'the folder for the PNGs (default: WORKDIR/attention).')
 flags.DEFINE_list('layers', None, 'attention: the layers to plot, e.g. 0,5 (default: all).')
 flags.DEFINE_bool('traceback', False, 'Show the full traceback of an error.')
-flags.mark_flags_as_required(['config'])
 FLAGS = flags.FLAGS
+# Modes that use a trained run: without --config they read the config it recorded.
+RECORDED_MODES = ('average', 'translate', 'eval', 'attention')
+# --config.KEY=VALUE overrides given without --config (of the recorded config): absl knows
+# them only as the overrides of a --config file, so _parse_flags takes them out first.
+_recorded_overrides: list[str] = []
 
 
 class _QuietLibraries(python_logging.Filter):
@@ -77,46 +84,71 @@ def main(argv: list[str]) -> None:
 def _dispatch() -> None:
   if FLAGS.distributed:  # before anything starts a JAX backend (dtype 'auto' may)
     distributed.initialize(heartbeat_timeout_s=FLAGS.distributed_timeout)
-  config_lib.validate(FLAGS.config, FLAGS.mode)  # every mode: a bad value fails before work
+  config = _config()
+  config_lib.validate(config, FLAGS.mode)  # every mode: a bad value fails before work
   if FLAGS.mode == 'params':
-    print(f'params: {init_param_count(ModelConfig.from_config(FLAGS.config))}')
+    print(f'params: {init_param_count(ModelConfig.from_config(config))}')
     return
-  if FLAGS.workdir is None:
-    raise app.UsageError(f'--workdir is required for --mode={FLAGS.mode}')
-  workdir_lib.check_local(FLAGS.workdir)
-  xla.enable_compilation_cache(FLAGS.config.compilation_cache_dir)
+  xla.enable_compilation_cache(config.compilation_cache_dir)
   if FLAGS.mode == 'average':
-    step, steps = checkpoints.average_checkpoints(FLAGS.workdir, FLAGS.config.average_last,
-                                                  allow_fewer=FLAGS.config.average_allow_fewer,
-                                                  step=FLAGS.config.restore_step)
+    step, steps = checkpoints.average_checkpoints(FLAGS.workdir, config.average_last,
+                                                  allow_fewer=config.average_allow_fewer,
+                                                  step=config.restore_step)
     print(f'averaged checkpoints {steps} into {FLAGS.workdir}/averaged/{step}')
     return
   if FLAGS.mode in ('translate', 'eval'):
     if FLAGS.mode == 'eval':
-      scores = evaluate.run_eval(FLAGS.config, FLAGS.workdir)
+      scores = evaluate.run_eval(config, FLAGS.workdir)
       print(json.dumps(scores, indent=2))
     elif FLAGS.input is None:
-      raise app.UsageError('--mode=translate needs --input=FILE (or - for stdin)')
+      raise errors.UserError('--mode=translate needs --input=FILE (or - for stdin)')
     else:
-      evaluate.run_translate(FLAGS.config, FLAGS.workdir, FLAGS.input, FLAGS.output)
+      evaluate.run_translate(config, FLAGS.workdir, FLAGS.input, FLAGS.output)
     return
   if FLAGS.mode == 'attention':
     if FLAGS.input is None:
-      raise app.UsageError('--mode=attention needs --input="a sentence"')
-    paths = attention_maps.run(FLAGS.config, FLAGS.workdir, FLAGS.input, FLAGS.output,
+      raise errors.UserError('--mode=attention needs --input="a sentence"')
+    paths = attention_maps.run(config, FLAGS.workdir, FLAGS.input, FLAGS.output,
                                layers=FLAGS.layers)
     print('\n'.join(paths))
     return
-  logging.info('Config:\n%s', FLAGS.config)
-  train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  logging.info('Config:\n%s', config)
+  train.train_and_evaluate(config, FLAGS.workdir)
+
+
+def _config() -> ml_collections.ConfigDict:
+  """--config (checked against the run recorded in --workdir, for the modes that use a
+  trained run), else that recorded config with the --config.KEY overrides given."""
+  if FLAGS.mode != 'params' and FLAGS.workdir is None:
+    raise errors.UserError(f'--workdir is required for --mode={FLAGS.mode}')
+  if FLAGS.workdir is not None:
+    workdir_lib.check_local(FLAGS.workdir)
+  recorded = workdir_lib.load_config(FLAGS.workdir) if FLAGS.workdir else None
+  where = os.path.join(FLAGS.workdir or '', workdir_lib.CONFIG)
+  if FLAGS.config is not None:
+    if recorded is not None and FLAGS.mode in RECORDED_MODES:
+      config_lib.check_against_recorded(FLAGS.config, recorded, where)
+    return FLAGS.config
+  if FLAGS.mode not in RECORDED_MODES:
+    raise errors.UserError(f'--mode={FLAGS.mode} needs --config=FILE (e.g. '
+                           'experiments/wmt_ende_base.py)')
+  if recorded is None:
+    raise errors.UserError(f'{where}: no recorded run there (training records it); pass '
+                           '--config=FILE, or point --workdir at a trained run')
+  logging.info('Config: the run recorded in %s', where)
+  return config_lib.from_recorded(recorded, _recorded_overrides, where)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing, except that a --config file, Table 3 row or --config.KEY that does
   not exist is one line naming the nearest valid names, not a traceback (--traceback: it is)."""
+  if _config_argument_absent(argv):
+    _recorded_overrides.extend(_as_override(arg) for arg in argv if _is_override(arg))
+    argv = [arg for arg in argv if not _is_override(arg)]
   try:
     args = FLAGS(argv)
-    FLAGS.config.keys()  # ml_collections defers a missing file's error to the config's first use
+    if FLAGS.config is not None:
+      FLAGS.config.keys()  # ml_collections defers a missing file's error to its first use
     return args
   except (flags.Error, KeyError, AttributeError, OSError, SyntaxError) as error:
     if _wants_traceback(argv):
@@ -130,6 +162,23 @@ def _parse_flags(argv: list[str]) -> list[str]:
     sys.stderr.write(f'FATAL Flags parsing error: {error}\n'
                      'Pass --helpshort or --helpfull to see help on flags.\n')
     sys.exit(1)
+
+
+def _is_override(arg: str) -> bool:
+  return arg.startswith(('--config.', '-config.', '--noconfig.', '-noconfig.'))
+
+
+def _as_override(arg: str) -> str:
+  """'--config.x=1' -> 'config.x=1'; a bare boolean '--config.x' -> '=true', '--noconfig.x'
+  -> '=false', as absl reads them."""
+  name, equals, value = arg.lstrip('-').partition('=')
+  if name.startswith('noconfig.'):
+    return f'{name[2:]}=false'
+  return f'{name}={value}' if equals else f'{name}=true'
+
+
+def _config_argument_absent(argv: list[str]) -> bool:
+  return not any(arg.split('=', 1)[0] in ('--config', '-config') for arg in argv[1:])
 
 
 def _wants_traceback(argv: list[str]) -> bool:

@@ -10,10 +10,9 @@ import json
 import os
 import socket
 import time
+from typing import Any
 
 import jax
-from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.summary.writer.record_writer import RecordWriter
 
 
 class MetricWriter:
@@ -27,6 +26,10 @@ class MetricWriter:
     self._active = jax.process_index() == 0
     if not self._active:
       return
+    # Lazily: TensorBoard's protos take ~0.3 s to import, which only training needs.
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+    self._event, self._summary = event_pb2.Event, summary_pb2.Summary
     events_dir = os.path.join(workdir, 'tensorboard')
     os.makedirs(events_dir, exist_ok=True)
     self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
@@ -34,7 +37,7 @@ class MetricWriter:
     # process, named as TensorBoard's own writer names them.
     name = f'events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}'
     self._events = RecordWriter(open(os.path.join(events_dir, name), 'ab'))
-    self._add(event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2'))
+    self._add(self._event(wall_time=time.time(), file_version='brain.Event:2'))
 
   def write(self, step: int, metrics: dict[str, float], prefix: str = '') -> None:
     if not self._active:
@@ -42,12 +45,12 @@ class MetricWriter:
     record = {'step': step, **{prefix + k: float(v) for k, v in metrics.items()}}
     self._jsonl.write(json.dumps(record) + '\n')
     self._jsonl.flush()
-    values = [summary_pb2.Summary.Value(tag=k, simple_value=v)
-              for k, v in record.items() if k != 'step']
-    self._add(event_pb2.Event(wall_time=time.time(), step=step,
-                              summary=summary_pb2.Summary(value=values)))
+    values = [self._summary.Value(tag=k, simple_value=v) for k, v in record.items()
+              if k != 'step']
+    self._add(self._event(wall_time=time.time(), step=step,
+                          summary=self._summary(value=values)))
 
-  def _add(self, event: event_pb2.Event) -> None:
+  def _add(self, event: Any) -> None:
     self._events.write(event.SerializeToString())
     self._events.flush()
 

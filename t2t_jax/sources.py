@@ -9,6 +9,7 @@ what to do (prepare it elsewhere, download the archives by hand, or use files).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -39,6 +40,7 @@ class Source:
   key: dict[str, Any]  # identifies the text, for the id cache
   read: Callable[[], Iterator[Pairs]]  # yields chunks of (sources, targets)
   label: str  # where the text is, for messages: a file, or a tfds split
+  size: int | None = None  # sentence pairs, where known cheaply: progress shows done/total
 
 
 def _files_source(name: str, prefix: str, config: Any) -> Source:
@@ -61,7 +63,8 @@ def _files_source(name: str, prefix: str, config: Any) -> Source:
   stats = [os.stat(path) for path in paths]
   key = {'kind': 'files', 'paths': [os.path.abspath(p) for p in paths],
          'sizes': [s.st_size for s in stats], 'mtimes': [s.st_mtime_ns for s in stats]}
-  return Source(name, key, functools.partial(_read_file_pairs, *paths), paths[0])
+  return Source(name, key, functools.partial(_read_file_pairs, *paths), paths[0],
+                size=counts[0])
 
 
 def _count_lines(path: str) -> int:
@@ -129,15 +132,42 @@ def _tfds_sources(config: Any, names: tuple[str, ...], *,
     read = functools.partial(_read_tfds_pairs, builder, split, config.source_lang,
                              config.target_lang)
     label = f'{config.tfds_name} split {split!r} (config.{name}_split)'
-    sources[name] = Source(name, key, read, label) if split else None
+    sources[name] = (Source(name, key, read, label, size=_tfds_size(builder, split))
+                     if split else None)
   return sources
 
 
+def _tfds_size(builder: Any, split: str) -> int | None:
+  """The pairs in `split` (a slice like 'train[:1%]' too), from the prepared dataset's info."""
+  try:
+    return builder.info.splits[split].num_examples or None
+  # The size only gives progress lines their total: a split or builder that tfds cannot
+  # size (no split info, an unusual slice) shows none rather than stop the run.
+  except (KeyError, ValueError, AttributeError, AssertionError):
+    return None
+
+
+@contextlib.contextmanager
+def _wmt_extra() -> Iterator[None]:
+  """Around the lazy imports of TensorFlow and tfds. The optional extra `wmt` installs them
+  (pyproject.toml), so that the demo and dataset='files' install without TensorFlow's
+  download; a missing extra is the user's to fix: one line naming it."""
+  try:
+    yield
+  except ImportError as e:
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    raise errors.UserError(
+        f"config.dataset='tfds' needs TensorFlow Datasets and TensorFlow, an optional extra "
+        f"(here: {reason}): pip install 't2t_jax[wmt]' (in a clone: .venv/bin/python -m pip "
+        "install -e '.[wmt]'); or train on text files with --config.dataset=files") from e
+
+
 def _tfds_builder(config: Any) -> Any:
-  # TF and tfds are imported only here: they take seconds to import, and dataset='files'
-  # must not need them.
-  import tensorflow as tf  # lazily: seconds to import, and only dataset='tfds' needs it
-  import tensorflow_datasets as tfds  # lazily: as TensorFlow
+  # TF and tfds are imported only where dataset='tfds' reads: they take seconds to import,
+  # and the other datasets must not need them.
+  with _wmt_extra():
+    import tensorflow as tf  # lazily: seconds to import, and only dataset='tfds' needs it
+    import tensorflow_datasets as tfds  # lazily: as TensorFlow
   try:
     tf.config.set_visible_devices([], 'GPU')  # accelerator memory belongs to JAX
   except RuntimeError:  # TF already initialised its devices (an earlier call)
@@ -147,7 +177,8 @@ def _tfds_builder(config: Any) -> Any:
 
 def _read_tfds_pairs(builder: Any, split: str, source_lang: str,
                      target_lang: str) -> Iterator[Pairs]:
-  import tensorflow_datasets as tfds  # lazily: seconds to import, only dataset='tfds'
+  with _wmt_extra():
+    import tensorflow_datasets as tfds  # lazily: seconds to import, only dataset='tfds'
   # tfds stores each pair non-English first; the languages are picked by name.
   dataset = builder.as_dataset(split=split, shuffle_files=False).batch(_CHUNK)
   for chunk in tfds.as_numpy(dataset):
@@ -161,7 +192,8 @@ def _prepare_tfds(builder: Any, config: Any) -> None:
   Offline, tfds would retry each download for minutes before failing; a quick
   connection probe turns that into an immediate error saying what to do.
   """
-  import tensorflow_datasets as tfds  # lazily: seconds to import, only dataset='tfds'
+  with _wmt_extra():
+    import tensorflow_datasets as tfds  # lazily: seconds to import, only dataset='tfds'
   manual_dir = config.tfds_manual_dir or None
   needed = _urls_to_download(builder, manual_dir)
   hosts = sorted({_host_port(url) for url in needed})
@@ -177,7 +209,8 @@ def _prepare_tfds(builder: Any, config: Any) -> None:
 def _required_urls(builder: Any) -> list[str]:
   """The archives `download_and_prepare` would fetch."""
   if hasattr(builder, 'subsets'):  # the WMT builders: only this pair's corpora
-    from tensorflow_datasets.translate import wmt  # lazily: as tensorflow_datasets
+    with _wmt_extra():
+      from tensorflow_datasets.translate import wmt  # lazily: as tensorflow_datasets
     source = builder.builder_config.language_pair[0]
     return sorted({url for names in builder.subsets.values() for name in names
                    for url in wmt.DATASET_MAP[name].get_url(source)})

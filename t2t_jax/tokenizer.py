@@ -21,6 +21,7 @@ import math
 import os
 import random
 import shutil
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -28,7 +29,7 @@ import numpy as np
 import sentencepiece as spm
 from absl import logging
 
-from t2t_jax import errors, files
+from t2t_jax import errors, files, progress
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 
@@ -95,8 +96,8 @@ class Tokenizer:
     return self._sp.decode(ids.tolist())
 
 
-def load_or_train(config: Any, workdir: str,
-                  sample_texts: Callable[[], Iterable[str]]) -> Tokenizer:
+def load_or_train(config: Any, workdir: str, sample_texts: Callable[[], Iterable[str]], *,
+                  total_texts: int | None = None) -> Tokenizer:
   """Loads <workdir>/vocab/spm.model, training it first if it does not exist.
 
   Args:
@@ -105,6 +106,8 @@ def load_or_train(config: Any, workdir: str,
     sample_texts: called only when training is needed; yields sentences of both
       languages. At most `config.vocab_sample_sentences` of them are kept, by a
       seeded uniform (reservoir) sample, so memory stays bounded on WMT.
+    total_texts: how many sentences `sample_texts` yields, if known: the total that
+      the progress lines of reading them count towards.
 
   Raises:
     ValueError: an existing model's size differs from `config.vocab_size`; it
@@ -113,8 +116,11 @@ def load_or_train(config: Any, workdir: str,
   vocab_dir = os.path.join(workdir, 'vocab')
   model_path = os.path.join(vocab_dir, 'spm.model')
   if not os.path.exists(model_path):
-    sample = reservoir_sample(sample_texts(), config.vocab_sample_sentences,
-                              seed=_SAMPLE_SEED)
+    # The whole text is read to sample it uniformly: on WMT that is minutes.
+    with progress.Progress('Reading the training text for the vocabulary', total_texts,
+                           'sentences') as bar:
+      sample = reservoir_sample(bar.iterate(sample_texts()), config.vocab_sample_sentences,
+                                seed=_SAMPLE_SEED)
     _train(sample, config.vocab_size, vocab_dir)
   tokenizer = Tokenizer(model_path)
   if tokenizer.vocab_size != config.vocab_size:
@@ -160,8 +166,11 @@ def _train(sample: list[str], vocab_size: int, vocab_dir: str) -> None:
   means the vocabulary is complete. Any error or interrupt removes the temporary
   folder; a killed run's folder is swept by the next one (`files.sweep_temp_dirs`).
   """
-  logging.info('Training a %d-piece BPE vocabulary on %d sentences', vocab_size,
-               len(sample))
+  # SentencePiece's trainer takes no progress callback (its own log, silenced below by
+  # minloglevel, is internals, not progress): the start and the time taken are all we can say.
+  logging.info('Training a %d-piece BPE vocabulary on %d sentences (SentencePiece reports '
+               'no progress; it can take minutes)', vocab_size, len(sample))
+  start = time.monotonic()
   tmp_dir = None
   try:
     with files.disk_write_errors(vocab_dir, 'the vocabulary'):
@@ -186,6 +195,8 @@ def _train(sample: list[str], vocab_size: int, vocab_dir: str) -> None:
     with files.disk_write_errors(vocab_dir, 'the vocabulary'):
       for name in ('spm.vocab', 'spm.model'):  # the model last: it means complete
         files.publish(os.path.join(tmp_dir, name), os.path.join(vocab_dir, name))
+    logging.info('Trained the vocabulary in %s',
+                 progress.format_duration(time.monotonic() - start))
   finally:
     if tmp_dir:
       shutil.rmtree(tmp_dir, ignore_errors=True)

@@ -137,6 +137,7 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
                                           every_steps=config.checkpoint_every_steps,
                                           every_minutes=config.checkpoint_every_minutes)
   state = _restore(config, model_config, workdir, checkpointer, state, datasets.train)
+  workdir_lib.record_invocation(workdir, int(state.step))
   train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh,
                                     grad_accum_steps=config.grad_accum_steps)
   writer, lr_fn = MetricWriter(workdir), optim.learning_rate_schedule(config)

@@ -9,10 +9,14 @@ import contextlib
 import datetime
 import errno
 import fcntl
+import importlib.metadata
 import json
 import os
+import platform
 import re
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,10 +30,15 @@ from t2t_jax import distributed, errors, files
 
 LOCK = 'train.lock'
 CONFIG = 'config.json'
+PROVENANCE = 'provenance.jsonl'
+# The stack whose versions each training invocation records (PROVENANCE).
+STACK = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy', 'ml-collections',
+         'sentencepiece', 'sacrebleu', 'sacremoses', 'tensorflow-datasets', 'tensorflow-cpu',
+         't2t_jax')
 # What a training run writes, as opposed to its reusable inputs (vocab/, data_cache/,
 # demo_corpus/): config.restart=True moves these aside.
 RUN_OUTPUTS = ('checkpoints', 'averaged', 'eval', 'attention', 'metrics.jsonl', 'tensorboard',
-               CONFIG)
+               CONFIG, PROVENANCE)
 _SCHEME = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*://')
 
 
@@ -151,6 +160,46 @@ def save_config(workdir: str, config: ml_collections.ConfigDict) -> None:
     os.makedirs(workdir, exist_ok=True)
     text = json.dumps(config_dict(config), indent=2) + '\n'
     files.write_text(os.path.join(workdir, CONFIG), text)
+
+
+def record_invocation(workdir: str, step: int) -> None:
+  """Appends to DIR/provenance.jsonl what this training invocation runs on: time, host,
+  command line, the first step it trains, Python, devices, the versions of STACK and the
+  code's git revision (with a flag if the tree had uncommitted changes), so that every
+  checkpoint can be traced to the code and libraries that made it."""
+  if jax.process_index() != 0:
+    return
+  record = {'time': datetime.datetime.now().isoformat(timespec='seconds'),
+            'host': socket.gethostname(), 'argv': sys.argv, 'first_step': step + 1,
+            'python': platform.python_version(), 'processes': jax.process_count(),
+            'devices': f'{jax.device_count()} × {jax.devices()[0].device_kind}',
+            'versions': _versions(), 'code': code_revision()}
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, PROVENANCE), 'a', encoding='utf-8') as f:
+    f.write(json.dumps(record, sort_keys=True) + '\n')
+
+
+def _versions() -> dict[str, str | None]:
+  versions = {}
+  for name in STACK:
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      versions[name] = None  # not installed (e.g. the optional TensorFlow extra)
+  return versions
+
+
+def code_revision() -> dict[str, Any]:
+  """{'revision': git commit of this code, 'dirty': uncommitted changes} ({} outside git)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  try:
+    revision = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=root, capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+    status = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
+                            cwd=root, capture_output=True, text=True, timeout=10, check=True)
+  except (OSError, subprocess.SubprocessError):  # no git, or not a checkout (a wheel)
+    return {}
+  return {'revision': revision, 'dirty': bool(status.stdout.strip())}
 
 
 def move_aside(workdir: str, names: list[str], why: str) -> str | None:

@@ -359,3 +359,71 @@ def test_check_model_wants_the_resolved_dtype():
   with pytest.raises(errors.UserError, match=r'^config\.vocab_size: must be a positive '
                                              r'integer, got 0$'):
     config_lib.check_model({**fields, 'vocab_size': 0})
+
+
+def recorded_demo() -> dict:
+  """What DIR/config.json holds after a demo run started with restore_step and restart."""
+  config = demo.get_config()
+  config.restore_step, config.restart = 7, True
+  return config.to_dict()
+
+
+def test_a_recorded_config_comes_back_with_its_types_and_overrides():
+  recorded = recorded_demo()
+  config = config_lib.from_recorded(
+      recorded, ['config.beam_size=8', 'config.beam_alpha=1', 'config.average_allow_fewer=true',
+                 'config.eval_split=dev', 'config.model.dtype=float32'], 'DIR/config.json')
+  assert (config.beam_size, config.beam_alpha, config.eval_split) == (8, 1.0, 'dev')
+  assert config.average_allow_fewer is True and isinstance(config.beam_alpha, float)
+  assert config.model.dtype == 'float32'  # precision only: may differ from the run's 'auto'
+  # restore_step and restart act on the invocation that had them, not on later ones.
+  assert (config.restore_step, config.restart) == (0, False)
+
+  config_lib.validate(config, 'eval')
+  assert ModelConfig.from_config(config) == ModelConfig.from_config(demo.get_config()).replace(
+      dtype='float32')
+
+
+@pytest.mark.parametrize('override,message', [
+    ('config.model.num_heads=8', 'config.model.num_heads=8 contradicts the trained run recorded '
+                                 'in DIR/config.json (4)'),
+    ('config.target_lang=fr', "config.target_lang='fr' contradicts"),
+    ('config.beam_size=4.5', '--config.beam_size=4.5: expected type int'),
+    ('config.model.d_q=3', '--config.model.d_q: no such key in DIR/config.json'),
+    ('config.beam_size.x=3', '--config.beam_size.x: no such key'),
+    ('config.restart=maybe', '--config.restart=maybe: expected type bool'),
+])
+def test_a_recorded_config_refuses_contradictions_and_unknown_keys(override, message):
+  with pytest.raises(errors.UserError, match=re.escape(message)):
+    config_lib.from_recorded(recorded_demo(), [override], 'DIR/config.json')
+
+
+def test_check_against_recorded_lets_decoding_keys_change():
+  config = demo.get_config()
+  config.beam_size, config.decode_extra_length, config.test_files = 12, 3, '/elsewhere/test'
+  config_lib.check_against_recorded(config, recorded_demo(), 'DIR/config.json')  # no error
+  config.model.d_ff = 256
+  with pytest.raises(errors.UserError, match=r'config\.model\.d_ff=256 contradicts'):
+    config_lib.check_against_recorded(config, recorded_demo(), 'DIR/config.json')
+
+
+def test_configs_build_on_each_other_by_path_from_any_directory(tmp_path):
+  """experiments/ is no installed package: a config loads the one it builds on by path
+  (config_lib.load_sibling), so `--config=/abs/path/experiments/X.py` works from any directory
+  without the repository on sys.path, and gives the config the tests import."""
+  wanted = [('wmt_ende_big', [], wmt_ende_big.get_config()),
+            ('wmt_enfr_big', [], wmt_enfr_big.get_config()),
+            ('demo', [], demo.get_config()), ('wmt_sample', [], wmt_sample.get_config()),
+            ('table3', ['big'], table3.get_config('big')),
+            ('table3', ['C_N2'], table3.get_config('C_N2'))]
+  loads = [(os.path.join(ROOT, 'experiments', f'{name}.py'), args) for name, args, _ in wanted]
+  script = ('import sys\nfrom t2t_jax import config_lib\n'
+            f'print([config_lib._load_config(path, args).to_json() for path, args in {loads!r}])\n'
+            "print('experiments' in sys.modules)\n")
+  env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}  # sys.path[0]: tmp_path
+  result = subprocess.run([sys.executable, '-c', script], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, result.stderr
+  configs, imported = result.stdout.strip().splitlines()[-2:]
+  assert imported == 'False'  # by path, not `from experiments import ...`
+  assert ast.literal_eval(configs) == [config.to_json() for *_, config in wanted]

@@ -707,3 +707,22 @@ def test_budget_too_small_for_one_row(tmp_path):
   with pytest.raises(ValueError, match=r'config\.tokens_per_batch=30 cannot hold one '
                      r'40-token row'):
     data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=8)
+
+
+def test_tfds_without_the_wmt_extra_names_it(tmp_path, monkeypatch):
+  """A base install (`make demo`) has no TensorFlow: dataset='tfds' says, in one line, which
+  extra installs it, both in training (get_datasets) and in --mode=eval (load_eval_set)."""
+  for module in ('tensorflow', 'tensorflow_datasets'):  # None: `import` raises ImportError
+    monkeypatch.setitem(sys.modules, module, None)
+  config, workdir = tfds_config(tmp_path), str(tmp_path / 'workdir')
+  for load in (lambda: data.get_datasets(config, workdir, num_devices=1),
+               lambda: data.load_eval_set(config, workdir, 'test', tokenizer=None)):
+    with pytest.raises(errors.UserError) as raised:
+      load()
+    message = str(raised.value)
+    assert message.startswith("config.dataset='tfds' needs TensorFlow Datasets")
+    assert '\n' not in message
+    for needle in ("pip install 't2t_jax[wmt]'", "-m pip install -e '.[wmt]'",
+                   '--config.dataset=files'):
+      assert needle in message
+  assert not (tmp_path / 'workdir' / 'vocab').exists()

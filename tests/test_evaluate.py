@@ -188,3 +188,40 @@ def test_evaluations_of_other_splits_params_or_settings_do_not_overwrite(workdir
   for name in names:
     scores = json.load(open(os.path.join(workdir, 'eval', name, 'scores.json')))
     assert name.startswith(f'{scores["split"]}-') and f'-beam{scores["beam_size"]}-' in name
+
+
+def run_bare(*args):
+  """The command line with no --config: the modes of a trained run read DIR/config.json."""
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=600)
+
+
+def test_the_recorded_run_drives_eval_without_config(workdir):
+  """No --config and no training override repeated; a decoding key may still change."""
+  result = run_bare(f'--workdir={workdir}', '--mode=eval', '--config.beam_size=2',
+                    '--config.eval_split=dev', '--config.decode_params=checkpoint')
+  assert result.returncode == 0, result.stderr[-3000:]
+  out_dir = os.path.join(workdir, 'eval', 'dev-checkpoint-6-beam2-alpha0.6-extra5')
+  scores = json.load(open(os.path.join(out_dir, 'scores.json')))
+  assert scores['beam_size'] == 2 and scores['sentences'] == 16  # tokens_per_batch // 12
+  records = [json.loads(line) for line in open(os.path.join(workdir, 'provenance.jsonl'))]
+  assert records[0]['first_step'] == 1 and records[0]['versions']['jax']
+  assert 'revision' in records[0]['code'] or records[0]['code'] == {}
+
+
+@pytest.mark.parametrize('args,named', [
+    (['--config.model.num_layers=2'], "config.model.num_layers=2 contradicts the trained run"),
+    (['--config.vocab_size=41'], 'config.vocab_size=41 contradicts'),
+    (['--config=experiments/demo.py'], 'config.vocab_size=2000 contradicts'),
+    ([a for a in COMMON if a != '--config.model.d_ff=64'],
+     'config.model.d_ff=512 contradicts the trained run recorded in'),
+    (['--config.beam_size=two'], '--config.beam_size=two: expected type int (the recorded value '
+                                 'is 4)'),
+    (['--config.beam_sise=2'], '--config.beam_sise: no such key in'),
+])
+def test_an_override_contradicting_the_recorded_model_is_refused(workdir, args, named):
+  result = run_bare(f'--workdir={workdir}', '--mode=translate', '--input=-', *args)
+  assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr[-3000:]
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith('t2t_jax: error: ') and named in last, last

@@ -1,5 +1,6 @@
 """The command line as a new user meets it: a mistake is one line naming what is wrong and
 what would be right, not a traceback, and nothing is done before it is found."""
+import errno
 import os
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import sys
 import pytest
 
 from experiments import table3
+from t2t_jax import errors, main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,10 +75,12 @@ def test_other_mistakes_stay_short(tmp_path, args, named):
   assert not os.listdir(tmp_path)
 
 
-def test_missing_config_flag_stays_short():
-  result = run_main('--mode=params')
-  assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr
-  assert 'Flag --config must have a value' in result.stderr
+def test_missing_config_flag_stays_short(tmp_path):
+  line = one_error_line(run_main('--mode=params'))
+  assert line == ('t2t_jax: error: --mode=params needs --config=FILE (e.g. '
+                  'experiments/wmt_ende_base.py)')
+  line = one_error_line(run_main('--mode=eval', f'--workdir={tmp_path}'))  # nothing recorded
+  assert line.startswith(f't2t_jax: error: {tmp_path}/config.json: no recorded run there')
 
 
 @pytest.mark.parametrize('override,named', [
@@ -96,3 +100,29 @@ def test_traceback_flag_still_shows_the_traceback(tmp_path):
                     '--config.modle.d_model=3', '--traceback')
   assert result.returncode != 0
   assert 'Traceback' in result.stderr and 'modle' in result.stderr
+
+
+@pytest.mark.parametrize('error,one_line', [
+    (errors.UserError('config.x: must be positive, got 0'), True),
+    (errors.MissingFileError('in.txt: no such file'), True),
+    (OSError(errno.ENOSPC, 'No space left on device', 'runs/x/metrics.jsonl'), True),
+    (PermissionError(errno.EACCES, 'Permission denied', 'runs/x'), True),
+    (ValueError('operands could not be broadcast together'), False),  # a bug inside
+    (FileNotFoundError(errno.ENOENT, 'No such file or directory', '/tmp/gone'), False),
+    (KeyError('params'), False),
+])
+def test_only_user_errors_become_one_line(monkeypatch, error, one_line):
+  """main prints errors.UserError (and the system refusing a write) as one line; anything
+  else is a bug and propagates with its traceback, never dressed up as a config mistake."""
+  main.FLAGS(['t2t_jax', f'--config={os.path.join(ROOT, "experiments", "demo.py")}'])
+
+  def dispatch():
+    raise error
+  monkeypatch.setattr(main, '_dispatch', dispatch)
+  if one_line:
+    with pytest.raises(SystemExit) as stopped:
+      main.main(['t2t_jax'])
+    assert stopped.value.code == f't2t_jax: error: {error}'
+  else:
+    with pytest.raises(type(error)):
+      main.main(['t2t_jax'])

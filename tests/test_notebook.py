@@ -89,7 +89,8 @@ def test_accelerator_installs_and_modes():
   # The accelerator backends come from JAX_VERSION, which must be the pinned jax.
   assert "f'jax[tpu]=={JAX_VERSION}'" in source
   assert "f'jax[cuda12]=={JAX_VERSION}'" in source
-  assert "'-m', 'pip', 'install', '-q', '-e', REPO_DIR" in source
+  assert "package = REPO_DIR if RUNTIME == 'cpu' else REPO_DIR + '[wmt]'" in source
+  assert "'-m', 'pip', 'install', '-q', '-e', package" in source
   assert 'sys.executable' in source
   for mode in ('train', 'average', 'translate', 'eval'):
     assert f"t2t('{mode}'" in source
