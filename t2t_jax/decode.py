@@ -8,12 +8,13 @@ lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting the final EOS (as tensor2tensor and fla
 The whole search is one `jax.jit`. Each step runs the decoder on the newest position of
 the k beams of each sentence (the cache of model.py), takes the top 2·beam of the
 [batch, beam·vocab] extensions, keeps the best `beam` that do not end in EOS as live, and
-keeps the best finished hypothesis of each sentence. The beams of a sentence share one
-cache, and the encoder output is not copied per beam. Re-ranking beams does not move the
-cache: each beam's ancestry (which beam slot holds each position of its prefix) is
-reordered instead, and masks its self-attention (CacheState). Steps run in
-`lax.while_loop`s, one per cache length (16, 32, 64, ..., T): the cost of attending over
-the cache grows with its length, and a short cache serves the early steps.
+merges those that do into the n best finished hypotheses of each sentence (n_best, 1 unless
+asked). The beams of a sentence share one cache, and the encoder output is not copied per
+beam. Re-ranking beams does not move the cache: each beam's ancestry (which beam slot
+holds each position of its prefix) is reordered instead, and masks its self-attention
+(CacheState). Steps run in `lax.while_loop`s, one per cache length (16, 32, 64, ..., T):
+the cost of attending over the cache grows with its length, and a short cache serves the
+early steps.
 
 Choices and deviations (the paper leaves them open):
   * the maximum output length is per sentence: |Y| ≤ (its non-padding source tokens) + 50
@@ -23,12 +24,22 @@ Choices and deviations (the paper leaves them open):
     EOS: its output is empty;
   * token 0 (padding, the start symbol) is never emitted, since a 0 inside an output would
     read as its end; its probability is not renormalised away;
-  * a sentence stops early once no live hypothesis can beat its best finished one (t2t's
-    `stop_early`); the loop ends when every sentence has stopped;
+  * a sentence stops early once no live hypothesis can beat its n-th best finished one
+    (t2t's `stop_early`, flax's worst finished score); the loop ends when every sentence has
+    stopped;
   * beam size 1 takes one candidate a step instead of two, so it is exactly greedy decoding;
-  * only the best finished hypothesis is kept (t2t/flax keep `beam` of them).
+  * only the n_best ≤ beam best finished hypotheses are kept, 1 by default (t2t/flax keep
+    `beam` of them): a later finish that only ties the n-th best is not kept, since a tie
+    keeps the earlier, shorter hypothesis.
 
-Shapes: b = batch, k = beam, v = vocabulary, T = cache length (the longest output allowed).
+n-best (`n_best=n`, static): search's finished_seq/finished_score and beam_search's outputs
+gain an axis of n, best first, for every int n, 1 included, so that `--n_best=K` code needs
+no special case for K = 1; the default `n_best=None` keeps the single best without that
+axis, as callers (evaluate.py) expect. With n = 1 the merge is the single-best update, and
+the results of n_best=None and n_best=1 are the same numbers.
+
+Shapes: b = batch, k = beam, v = vocabulary, T = cache length (the longest output allowed),
+n = n_best, c = candidates a step (2k, or 1 when k = 1).
 """
 from __future__ import annotations
 
@@ -56,8 +67,8 @@ class Beams(NamedTuple):
   step: Array  # [] tokens generated so far
   live_seqs: Array  # [b, k, T+1]
   live_logprobs: Array  # [b, k] log P of each live prefix, sorted best first; -inf = empty
-  finished_seq: Array  # [b, T+1] best finished hypothesis (ends in EOS, then 0s)
-  finished_score: Array  # [b] its log P / lp; -inf until one exists
+  finished_seq: Array  # [b, n, T+1] the n best finished hypotheses (EOS, then 0s), see search
+  finished_score: Array  # [b, n] their log P / lp, best first; -inf (and 0s) until filled
   carry: Any  # the step function's state: a CacheState (cache and ancestry), or None
 
 
@@ -186,31 +197,56 @@ def _next_log_probs(logits: Array, step: Array, limits: Array, eos_id: int) -> A
   return jnp.where(banned, NEG_INF, logp)
 
 
+def keep_best(finished_seq: Array, finished_score: Array, seqs: Array, scores: Array,
+              ) -> tuple[Array, Array]:
+  """The n = 1 case of merge_n_best, as one argmax and a compare: the state [b, 1, T+1],
+  [b, 1] and this step's candidates seqs [b, c, T+1], scores [b, c] -> the better of both."""
+  best = jnp.argmax(scores, axis=1)  # [b] the first of equal scores, as lax.top_k
+  best_score = jnp.take_along_axis(scores, best[:, None], axis=1)  # [b, 1]
+  best_seq = jnp.take_along_axis(seqs, best[:, None, None], axis=1)  # [b, 1, T+1]
+  better = best_score > finished_score  # a tie keeps the earlier, shorter hypothesis
+  return (jnp.where(better[:, :, None], best_seq, finished_seq),
+          jnp.where(better, best_score, finished_score))
+
+
+def merge_n_best(finished_seq: Array, finished_score: Array, seqs: Array, scores: Array,
+                 ) -> tuple[Array, Array]:
+  """The n best of the finished hypotheses [b, n, T+1], [b, n] (sorted best first) and this
+  step's candidates seqs [b, c, T+1], scores [b, c] (-inf: not finished), best first.
+
+  lax.top_k puts the lower index first among equal values, and the kept hypotheses come
+  before the candidates: a tie keeps the earlier, shorter hypothesis, and among this
+  step's the one ranked first by top_k. Unfilled slots (-inf, 0s) come before -inf
+  candidates, so a slot holds a sequence only once it holds a finite score.
+  """
+  n = finished_score.shape[1]
+  score, index = lax.top_k(jnp.concatenate([finished_score, scores], axis=1), n)  # [b, n]
+  seqs = jnp.concatenate([finished_seq, seqs], axis=1)  # [b, n + c, T+1]
+  return jnp.take_along_axis(seqs, index[:, :, None], axis=1), score
+
+
 def _grow(beams: Beams, logp: Array, reorder: Callable[[Any, Array], Any], *,
           alpha: float | Array, eos_id: int) -> Beams:
-  """One step: extend every live prefix by every token; keep the best live and finished."""
+  """One step: extend every live prefix by every token; keep the best live and the n best
+  finished (n = 1: keep_best, the same update for less work than a top-n)."""
   b, k, v = logp.shape
   t = beams.step
   candidates = (beams.live_logprobs[:, :, None] + logp).reshape(b, k * v)  # [b, k·v]
   # 2k candidates always leave k that do not end in EOS (each parent adds at most one EOS);
   # with k = 1, a single candidate makes the search exactly greedy.
-  top_logprobs, flat = top_k(candidates, 2 * k if k > 1 else 1)  # [b, n]
-  parents, tokens = flat // v, flat % v  # [b, n]
-  seqs = jnp.take_along_axis(beams.live_seqs, parents[:, :, None], axis=1)  # [b, n, T+1]
+  top_logprobs, flat = top_k(candidates, 2 * k if k > 1 else 1)  # [b, c]
+  parents, tokens = flat // v, flat % v  # [b, c]
+  seqs = jnp.take_along_axis(beams.live_seqs, parents[:, :, None], axis=1)  # [b, c, T+1]
   seqs = lax.dynamic_update_index_in_dim(seqs, tokens[:, :, None], t + 1, axis=2)
   is_eos = tokens == eos_id
   live_logprobs, keep = lax.top_k(jnp.where(is_eos, NEG_INF, top_logprobs), k)  # [b, k]
   live_seqs = jnp.take_along_axis(seqs, keep[:, :, None], axis=1)  # [b, k, T+1]
   carry = reorder(beams.carry, jnp.take_along_axis(parents, keep, axis=1))
-  scores = jnp.where(is_eos, top_logprobs / length_penalty(t + 1, alpha), NEG_INF)  # [b, n]
-  best = jnp.argmax(scores, axis=1)  # [b]
-  best_score = jnp.take_along_axis(scores, best[:, None], axis=1)[:, 0]  # [b]
-  best_seq = jnp.take_along_axis(seqs, best[:, None, None], axis=1)[:, 0]  # [b, T+1]
-  better = best_score > beams.finished_score  # a tie keeps the earlier, shorter hypothesis
+  scores = jnp.where(is_eos, top_logprobs / length_penalty(t + 1, alpha), NEG_INF)  # [b, c]
+  merge = keep_best if beams.finished_score.shape[1] == 1 else merge_n_best
+  finished_seq, finished_score = merge(beams.finished_seq, beams.finished_score, seqs, scores)
   return Beams(step=t + 1, live_seqs=live_seqs, live_logprobs=live_logprobs,
-               finished_seq=jnp.where(better[:, None], best_seq, beams.finished_seq),
-               finished_score=jnp.where(better, best_score, beams.finished_score),
-               carry=carry)
+               finished_seq=finished_seq, finished_score=finished_score, carry=carry)
 
 
 def best_possible_score(live_logprobs: Array, step: Array, limits: Array,
@@ -227,19 +263,31 @@ def best_possible_score(live_logprobs: Array, step: Array, limits: Array,
 
 
 def _all_done(beams: Beams, limits: Array, alpha: float | Array) -> Array:
-  """True once, in every sentence, no live hypothesis can beat the best finished one."""
+  """True once, in every sentence, no live hypothesis can beat the n-th best finished one:
+  no later finish can enter the n best (a tie would not either).
+
+  The n-th is -inf until n have finished. A sentence with no live hypothesis left (bound
+  -inf: past its limit) is done even so: an empty line finishes once, and with n > 1 it
+  would otherwise keep the whole batch to its longest limit. With n = 1 that test is left
+  out (the same compiled loop as before n-best): the forced EOS at the limit fills the slot.
+  """
   bound = best_possible_score(beams.live_logprobs[:, 0], beams.step, limits, alpha)  # [b]
-  return jnp.all(beams.finished_score > bound)
+  done = beams.finished_score[:, -1] > bound  # [b]
+  if beams.finished_score.shape[1] > 1:
+    done = done | (bound == NEG_INF)
+  return jnp.all(done)
 
 
-def _initial_beams(batch: int, beam_size: int, max_len: int, carry: Any) -> Beams:
-  """One live hypothesis per sentence, the empty prefix; the other beams empty (-inf)."""
+def _initial_beams(batch: int, beam_size: int, n_best: int, max_len: int, carry: Any,
+                   ) -> Beams:
+  """One live hypothesis per sentence, the empty prefix; the other beams empty (-inf), and
+  no finished one yet (-inf, 0s)."""
   live_logprobs = jnp.full((batch, beam_size), NEG_INF).at[:, 0].set(0.0)  # [b, k]
   return Beams(step=jnp.array(0, jnp.int32),
                live_seqs=jnp.full((batch, beam_size, max_len + 1), PAD_ID, jnp.int32),
                live_logprobs=live_logprobs,
-               finished_seq=jnp.full((batch, max_len + 1), PAD_ID, jnp.int32),
-               finished_score=jnp.full((batch,), NEG_INF), carry=carry)
+               finished_seq=jnp.full((batch, n_best, max_len + 1), PAD_ID, jnp.int32),
+               finished_score=jnp.full((batch, n_best), NEG_INF), carry=carry)
 
 
 def _cached_step(params: Any, encoded: Array, src: Array, lengths: list[int],
@@ -308,15 +356,20 @@ def _run(beams: Beams, step_fn: StepFn, limits: Array, lengths: list[int], *,
 
 def search(params: Any, src: Array, *, config: ModelConfig, beam_size: int = 4,
            alpha: float = 0.6, extra_length: int = 50, eos_id: int = EOS_ID,
-           early_stop: bool = True, use_cache: bool = True) -> Beams:
+           early_stop: bool = True, use_cache: bool = True, n_best: int | None = None,
+           ) -> Beams:
   """Beam search over src [b, s] (§6.1); returns the final loop state. Not jitted itself.
 
   `early_stop=False` runs every sentence to the longest limit in the batch, with the same
   result; `use_cache=False` recomputes the decoder prefix each step, with the same result.
+  `n_best=n` (1 ≤ n ≤ beam_size) keeps the n best finished hypotheses: finished_seq
+  [b, n, T+1] and finished_score [b, n], best first; None keeps the best, as [b, T+1], [b].
   """
   if beam_size < 1 or extra_length < 0:
     raise ValueError(f'beam_size must be ≥ 1 and extra_length ≥ 0, got {beam_size}, '
                      f'{extra_length}')
+  if n_best is not None and not 1 <= n_best <= beam_size:
+    raise ValueError(f'n_best must be in [1, beam_size = {beam_size}], got {n_best}')
   src = jnp.asarray(src, jnp.int32)
   max_len = max_decode_length(src.shape[1], config, extra_length)  # T
   limits = output_limits(src, extra_length, max_len, eos_id)  # [b]
@@ -329,27 +382,34 @@ def search(params: Any, src: Array, *, config: ModelConfig, beam_size: int = 4,
   else:  # the sequences are the whole state
     step_fn, carry = _uncached_step(params, encoded, src, config, beam_size), None
     grow, reorder = (lambda carry, _: carry), (lambda carry, _: carry)
-  beams = _initial_beams(src.shape[0], beam_size, max_len, carry)
-  return _run(beams, step_fn, limits, lengths, grow=grow, reorder=reorder, alpha=alpha,
-              eos_id=eos_id, early_stop=early_stop)
+  beams = _initial_beams(src.shape[0], beam_size, n_best or 1, max_len, carry)
+  beams = _run(beams, step_fn, limits, lengths, grow=grow, reorder=reorder, alpha=alpha,
+               eos_id=eos_id, early_stop=early_stop)
+  if n_best is None:  # the single best, without the n axis
+    beams = beams._replace(finished_seq=beams.finished_seq[:, 0],
+                           finished_score=beams.finished_score[:, 0])
+  return beams
 
 
 # α is traced, not static: changing it needs no recompilation.
 @functools.partial(jax.jit, static_argnames=('config', 'beam_size', 'extra_length', 'eos_id',
-                                             'early_stop', 'use_cache'))
+                                             'early_stop', 'use_cache', 'n_best'))
 def beam_search(params: Any, src: Array, *, config: ModelConfig, beam_size: int = 4,
                 alpha: float = 0.6, extra_length: int = 50, eos_id: int = EOS_ID,
-                early_stop: bool = True, use_cache: bool = True) -> tuple[Array, Array]:
+                early_stop: bool = True, use_cache: bool = True, n_best: int | None = None,
+                ) -> tuple[Array, Array]:
   """The best hypothesis of each sentence under beam search (§6.1), in one compiled call.
 
   src [b, s] ids, 0-padded. Returns ids [b, T] (without the start symbol, ending at EOS,
   then 0s; T = s + extra_length, within a learned embedding's max_len) and their scores
   [b] = log P(Y|X) / lp(Y). Compiled once per (b, s) and set of static keyword arguments.
+  `n_best=n` (≤ beam_size) returns the n best of each sentence instead: ids [b, n, T] and
+  scores [b, n], best first; a slot no hypothesis finished into holds 0s and -inf.
   """
   beams = search(params, src, config=config, beam_size=beam_size, alpha=alpha,
                  extra_length=extra_length, eos_id=eos_id, early_stop=early_stop,
-                 use_cache=use_cache)
-  return beams.finished_seq[:, 1:], beams.finished_score
+                 use_cache=use_cache, n_best=n_best)
+  return beams.finished_seq[..., 1:], beams.finished_score
 
 
 def greedy_decode(params: Any, src: Array, *, config: ModelConfig, extra_length: int = 50,

@@ -70,13 +70,19 @@ def _limit(src_row, extra_length):
   return length + extra_length if (src_row > EOS).any() else 1
 
 
-def _exhaustive(params, config, src_row, extra_length, alpha):
-  """The best (ids, score) over every output w_1 … w_{n-1} EOS with n ≤ the limit."""
+def _exhaustive_n_best(params, config, src_row, extra_length, alpha, n_best):
+  """The n_best best (ids, score) over every output w_1 … w_{n-1} EOS with n ≤ the limit,
+  best first."""
   words = range(EOS + 1, config.vocab_size)  # neither PAD nor EOS
   outputs = [list(w) + [EOS] for n in range(_limit(src_row, extra_length))
              for w in itertools.product(words, repeat=n)]
   scores = _score(params, config, src_row, outputs, alpha)
-  return outputs[int(scores.argmax())], scores.max()
+  return [(outputs[i], scores[i]) for i in np.argsort(-scores, kind='stable')[:n_best]]
+
+
+def _exhaustive(params, config, src_row, extra_length, alpha):
+  """The best (ids, score) over every output w_1 … w_{n-1} EOS with n ≤ the limit."""
+  return _exhaustive_n_best(params, config, src_row, extra_length, alpha, 1)[0]
 
 
 def _trim(ids):
@@ -100,7 +106,7 @@ def _constant_params(config, logits):
 
 
 _jit_search = jax.jit(decode.search, static_argnames=(
-    'config', 'beam_size', 'extra_length', 'eos_id', 'early_stop', 'use_cache'))
+    'config', 'beam_size', 'extra_length', 'eos_id', 'early_stop', 'use_cache', 'n_best'))
 
 
 def test_length_penalty_is_gnmt_formula():
@@ -226,21 +232,43 @@ def test_best_possible_score_uses_each_sentences_own_limit():
                              live / ((5.0 + step + 1) / 6.0) ** -0.5, rtol=1e-6)
 
 
+@pytest.mark.parametrize('n_best', [None, 3])
 @pytest.mark.parametrize('alpha,limit', [(0.6, 30), (1.0, 20)])
-def test_search_stops_at_the_first_step_the_bound_allows(alpha, limit):
+def test_search_stops_at_the_first_step_the_bound_allows(alpha, limit, n_best):
   """Each step emits EOS with probability 0.3 and one word with 0.7: the first step at
-  which the best finished score exceeds 0.7^t / lp(limit) has a closed form."""
+  which the n-th best finished score exceeds 0.7^t / lp(limit) has a closed form. (The
+  other words have logits of -30: outputs with them finish too, far below these.)"""
   params, logp = _constant_params(SMALL, {7: np.log(0.7), EOS: np.log(0.3)})
   src = np.full((1, limit - 5), 4, np.int32)
-  beams = _jit_search(params, src, config=SMALL, beam_size=4, alpha=alpha, extra_length=5)
+  beams = _jit_search(params, src, config=SMALL, beam_size=4, alpha=alpha, extra_length=5,
+                      n_best=n_best)
+  kept = n_best or 1
   lp = lambda n: ((5.0 + n) / 6.0) ** alpha  # noqa: E731
   finished = [((n - 1) * logp[7] + logp[EOS]) / lp(n) for n in range(1, limit + 1)]
-  stop = next(t for t in range(1, limit + 1)
-              if max(finished[:t]) > t * logp[7] / max(lp(t + 1), lp(limit)))
+  stop = next(t for t in range(kept, limit + 1)
+              if sorted(finished[:t])[-kept] > t * logp[7] / max(lp(t + 1), lp(limit)))
   assert int(beams.step) == stop < limit
-  best = int(np.argmax(finished[:stop]))
-  assert _trim(beams.finished_seq[0, 1:]) == [7] * best + [EOS]
-  np.testing.assert_allclose(beams.finished_score[0], finished[best], rtol=1e-5)
+  best = np.argsort(finished[:stop])[::-1][:kept]  # output lengths - 1, best first
+  seqs = beams.finished_seq.reshape(kept, -1)[:, 1:]  # [n, T]
+  assert [_trim(seq) for seq in seqs] == [[7] * int(i) + [EOS] for i in best]
+  np.testing.assert_allclose(beams.finished_score.reshape(kept), np.take(finished, best),
+                             rtol=1e-5)
+
+
+def test_an_empty_row_does_not_keep_an_n_best_search_running():
+  """An empty line finishes once and never fills n > 1 slots; with nothing left live it is
+  done all the same, and the batch stops where its other row does (14 of 30 steps)."""
+  params, logp = _constant_params(SMALL, {7: np.log(0.7), EOS: np.log(0.3)})
+  src = np.zeros((2, 25), np.int32)
+  src[0], src[1, 0] = 4, EOS
+  run = functools.partial(_jit_search, params, config=SMALL, beam_size=4, alpha=0.6,
+                          extra_length=5, n_best=3)
+  beams, alone = run(src), run(src[:1])
+  assert int(beams.step) == int(alone.step) == 14
+  np.testing.assert_array_equal(beams.finished_seq[0], alone.finished_seq[0])
+  np.testing.assert_allclose(beams.finished_score[1], [logp[EOS], -np.inf, -np.inf],
+                             rtol=1e-6)
+  assert _trim(beams.finished_seq[1, 0, 1:]) == [EOS]
 
 
 def test_beam_size_1_is_greedy_even_where_a_wider_beam_finds_better():
@@ -254,14 +282,17 @@ def test_beam_size_1_is_greedy_even_where_a_wider_beam_finds_better():
   assert len(_trim(beam_ids[0])) > 1
 
 
-@pytest.mark.parametrize('alpha', [0.0, 0.6, 1.5])
-def test_early_stopping_changes_nothing_but_the_step_count(alpha):
+@pytest.mark.parametrize('alpha,n_best', [(0.0, None), (0.6, None), (1.5, None), (0.0, 2),
+                                          (0.0, 3)])
+def test_early_stopping_changes_nothing_but_the_step_count(alpha, n_best):
+  """Also for the n best, where the search stops once no live hypothesis can beat the n-th
+  (here at 10 and 14 of 18 steps; with α > 0 the n ≥ 2 searches run to the end)."""
   rng = np.random.default_rng(1)
   src = rng.integers(2, EXACT.vocab_size, (8, 6)).astype(np.int32)
   src[np.arange(6)[None, :] >= rng.integers(1, 7, (8, 1))] = PAD_ID  # lengths 1..6
   params = _params(EXACT, 5, embedding_scale=2.0)
   run = functools.partial(_jit_search, params, src, config=EXACT, beam_size=3, alpha=alpha,
-                          extra_length=12)
+                          extra_length=12, n_best=n_best)
   early, full = run(early_stop=True), run(early_stop=False)
   np.testing.assert_array_equal(early.finished_seq, full.finished_seq)
   np.testing.assert_allclose(early.finished_score, full.finished_score, rtol=1e-6)
@@ -315,10 +346,11 @@ def test_eos_id_is_the_tokenizers():
   assert decode.EOS_ID == synthetic.EOS_ID == tokenizer.EOS_ID
 
 
-def test_bad_arguments_are_refused():
-  with pytest.raises(ValueError, match='beam_size'):
-    decode.beam_search(_params(SMALL, 0), np.ones((1, 3), np.int32), config=SMALL,
-                       beam_size=0)
+@pytest.mark.parametrize('kwargs', [dict(beam_size=0), dict(beam_size=2, n_best=3),
+                                    dict(beam_size=1, n_best=2), dict(n_best=0)])
+def test_bad_arguments_are_refused(kwargs):
+  with pytest.raises(ValueError, match='n_best' if 'n_best' in kwargs else 'beam_size'):
+    decode.beam_search(_params(SMALL, 0), np.ones((1, 3), np.int32), config=SMALL, **kwargs)
 
 
 @pytest.mark.parametrize('n,k', [(148_000, 8), (148_000, 1), (20_000, 2), (8000, 8), (97, 4)])
@@ -332,3 +364,151 @@ def test_top_k_equals_lax_top_k_with_ties(n, k):
   for ours, reference in zip(jax.jit(decode.top_k, static_argnames='k')(x, k=k),
                              jax.lax.top_k(x, k), strict=True):  # values, then indices
     np.testing.assert_array_equal(ours, reference)
+
+
+# n-best: the n best finished hypotheses of each sentence.
+
+
+def _python_beam_search(params, config, src_row, extra_length, alpha, beam, n_best,
+                        width=16):
+  """The n_best best (ids, score) of a beam search in plain Python, best first.
+
+  Independent of decode.py but for the rules it states: each step re-decodes every live
+  prefix from scratch (float64 log-softmax), takes the 2·beam best extensions (ties: lower
+  parent, then lower token, as lax.top_k over parent·v + token), keeps the best `beam` that
+  do not end in EOS as live and scores those that do. It never stops early: it runs to the
+  limit, so a search that stops early must give the same result. The finished are ranked
+  by a stable sort of everything that ever finished, in the order it finished, so a tie
+  keeps the earlier one.
+  """
+  limit, vocab = _limit(src_row, extra_length), config.vocab_size
+  live, finished = [([], 0.0)], []  # (prefix, log P); (output, score)
+  for t in range(limit):
+    prefixes = [prefix for prefix, _ in live] + [[]] * (beam - len(live))  # one shape
+    logits = _full_logits_fn(config)(params, np.repeat(src_row[None], beam, axis=0),
+                                     _padded(prefixes, width))
+    logp = _log_softmax(logits[:len(live), t])  # [live, v]
+    logp[:, PAD_ID] = -np.inf
+    if t + 1 == limit:  # only EOS may follow
+      logp[:, np.arange(vocab) != EOS] = -np.inf
+    candidates = sorted(((logprob + logp[i, w], i, w) for i, (_, logprob) in enumerate(live)
+                         for w in range(vocab)), key=lambda c: (-c[0], c[1], c[2]))
+    candidates = [c for c in candidates[:2 * beam] if np.isfinite(c[0])]
+    finished += [(live[i][0] + [w], logprob / ((5.0 + t + 1) / 6.0) ** alpha)
+                 for logprob, i, w in candidates if w == EOS]
+    live = [(live[i][0] + [w], logprob) for logprob, i, w in candidates if w != EOS][:beam]
+  return sorted(finished, key=lambda f: -f[1])[:n_best]
+
+
+def _check_n_best(ids, scores, expected):
+  """ids [n, T] and scores [n] of one sentence against the expected (ids, score) list; the
+  slots beyond it hold no hypothesis (0s, -inf)."""
+  for j, (expected_ids, expected_score) in enumerate(expected):
+    assert _trim(ids[j]) == expected_ids, j
+    np.testing.assert_allclose(scores[j], expected_score, rtol=1e-5)
+  assert np.all(np.asarray(ids[len(expected):]) == PAD_ID)
+  assert np.all(np.asarray(scores[len(expected):]) == -np.inf)
+
+
+@pytest.mark.parametrize('alpha', [0.0, 0.6, 1.0])
+@pytest.mark.parametrize('seed', [0, 1])
+def test_wide_beam_n_best_equals_exhaustive_top_n(seed, alpha):
+  """With 64 beams nothing is pruned: ≤ 16 live prefixes of ≤ 2 words have ≤ 80 < 2·64
+  extensions, and at the limit only the 64 EOS extensions of the 3-word prefixes are
+  finite. So every output (85 and 21 here) finishes, and the n best are exactly the top n
+  of exhaustive search."""
+  src = np.array([[2, 3, 1], [4, 1, 0]], np.int32)  # limits 4 and 3 with extra_length 1
+  params = _params(EXACT, seed)
+  ids, scores = decode.beam_search(params, src, config=EXACT, beam_size=64, alpha=alpha,
+                                   extra_length=1, n_best=8)
+  assert ids.shape == (2, 8, 4) and scores.shape == (2, 8)
+  for row in range(len(src)):
+    _check_n_best(ids[row], scores[row], _exhaustive_n_best(params, EXACT, src[row], 1,
+                                                             alpha, 8))
+
+
+@pytest.mark.parametrize('beam,n_best', [(3, 3), (4, 2)])
+def test_n_best_equals_python_beam_search(beam, n_best):
+  """A narrow beam prunes, so the reference is a beam search with the same pruning (above),
+  not exhaustive search: it checks the merge, the pruning of finished candidates (only the
+  2·beam best extensions can finish) and, since it never stops early, the n-th-best stop
+  rule (the search stops after 10 and 5 of 11 steps). The empty row finishes once: its
+  other slots stay empty."""
+  src = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0], [12, 5, 6, 1, 0], [EOS, 0, 0, 0, 0]],
+                 np.int32)
+  params = _params(SMALL, 2)
+  beams = _jit_search(params, src, config=SMALL, beam_size=beam, alpha=0.6, extra_length=6,
+                      n_best=n_best)
+  for row in range(len(src)):
+    expected = _python_beam_search(params, SMALL, src[row], 6, 0.6, beam, n_best)
+    assert len(expected) == (1 if row == 3 else n_best)
+    _check_n_best(beams.finished_seq[row, :, 1:], beams.finished_score[row], expected)
+
+
+def test_n_best_hypotheses_are_sorted_distinct_and_end_in_eos():
+  """Long outputs (the cache grows: 16, 32, 35): each sentence's n best are distinct,
+  sorted, end in EOS (then 0s), score log P / lp by full re-decoding, and the first is the
+  single best of n_best=None."""
+  src = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0]], np.int32)
+  params = _params(SMALL, 8, embedding_scale=1.0)  # outputs of 35 and 16 tokens
+  kwargs = dict(config=SMALL, beam_size=4, extra_length=30)
+  ids, scores = decode.beam_search(params, src, n_best=4, **kwargs)  # [b, 4, T], [b, 4]
+  best_ids, best_scores = decode.beam_search(params, src, **kwargs)
+  np.testing.assert_array_equal(ids[:, 0], best_ids)
+  np.testing.assert_array_equal(scores[:, 0], best_scores)
+  assert np.isfinite(scores).all() and np.all(np.diff(scores, axis=1) <= 0)
+  for row in range(len(src)):
+    outputs = [_trim(output) for output in ids[row]]
+    assert all(output[-1] == EOS and EOS not in output[:-1] for output in outputs)
+    assert all(np.all(np.asarray(ids[row, j, len(output):]) == PAD_ID)
+               for j, output in enumerate(outputs))
+    assert len({tuple(output) for output in outputs}) == len(outputs)
+    np.testing.assert_allclose(scores[row], _score(params, SMALL, src[row], outputs, 0.6,
+                                                   width=48), rtol=1e-4)
+
+
+def test_keep_best_is_merge_n_best_with_n_1():
+  """The n = 1 update that the search uses (an argmax and a compare, as before n-best) is
+  the top-n merge at n = 1, also with ties (few distinct scores) and -inf."""
+  rng = np.random.default_rng(0)
+  b, c, length = 256, 8, 5
+  scores = rng.integers(-3, 0, (b, c)).astype(np.float32)  # this step's candidates
+  scores[rng.random((b, c)) < 0.4] = -np.inf
+  scores[0] = -np.inf
+  finished_score = rng.integers(-3, 0, (b, 1)).astype(np.float32)
+  finished_score[rng.random((b, 1)) < 0.3] = -np.inf
+  seqs = rng.integers(1, 100, (b, c, length)).astype(np.int32)
+  finished_seq = rng.integers(1, 100, (b, 1, length)).astype(np.int32)
+  args = (finished_seq, finished_score, seqs, scores)
+  for ours, reference in zip(decode.keep_best(*args), decode.merge_n_best(*args),
+                             strict=True):  # sequences, then scores
+    np.testing.assert_array_equal(ours, reference)
+
+
+def test_merge_n_best_keeps_the_earlier_of_a_tie():
+  finished_seq = np.array([[[1], [2]], [[1], [0]], [[1], [0]]], np.int32)  # [b=3, n=2, 1]
+  finished_score = np.array([[-1.0, -2.0], [-1.0, -np.inf], [-1.0, -np.inf]], np.float32)
+  seqs = np.array([[[3], [4], [5], [6]]] * 3, np.int32)  # [3, c=4, 1]
+  scores = np.array([[-2.0, -3.0, -np.inf, -np.inf], [-np.inf, -1.5, -1.5, -np.inf],
+                     [-np.inf] * 4], np.float32)
+  merged_seq, merged_score = decode.merge_n_best(finished_seq, finished_score, seqs, scores)
+  # A new -2 does not displace the kept -2; of two new -1.5s the first (4) is kept; an
+  # unfilled slot (-inf) takes no -inf candidate's sequence.
+  np.testing.assert_array_equal(merged_seq[:, :, 0], [[1, 2], [1, 4], [1, 0]])
+  np.testing.assert_array_equal(merged_score, [[-1.0, -2.0], [-1.0, -1.5], [-1.0, -np.inf]])
+
+
+def test_single_best_is_unchanged_by_n_best():
+  """Outputs recorded from the search before n-best existed (beam 4, α = 0.6; two stop
+  before their limits of 8 and 10): n_best=None still gives them, and n_best=1 the same
+  numbers with an n axis of 1."""
+  src = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0], [12, 5, 6, 1, 0]], np.int32)
+  params = _params(SMALL, 1)
+  ids, scores = decode.beam_search(params, src, config=SMALL, extra_length=6)
+  assert [_trim(row) for row in ids] == [[3] * 10 + [EOS], [3, 3, EOS], [3, 3, 3, EOS]]
+  np.testing.assert_allclose(scores, [-4.848259925842285, -3.381378412246704,
+                                      -4.282695293426514], rtol=1e-6)
+  ids_1, scores_1 = decode.beam_search(params, src, config=SMALL, extra_length=6, n_best=1)
+  assert ids_1.shape == (3, 1, ids.shape[1]) and scores_1.shape == (3, 1)
+  np.testing.assert_array_equal(ids_1[:, 0], ids)
+  np.testing.assert_array_equal(scores_1[:, 0], scores)
