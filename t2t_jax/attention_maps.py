@@ -14,8 +14,9 @@ import jax
 import ml_collections
 import numpy as np
 
-from t2t_jax import errors, evaluate
+from t2t_jax import errors
 from t2t_jax.model import ModelConfig, Transformer
+from t2t_jax.translator import Translator
 
 KINDS = {  # sown name -> (title, query side, key side)
     'encoder_self_attention': ('encoder self-attention', 'source', 'source'),
@@ -68,7 +69,7 @@ def plot(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[
 def run(config: ml_collections.ConfigDict, workdir: str, sentence: str, out_dir: str | None,
         layers: Sequence[int] | None = None) -> list[str]:
   """Translates `sentence`, then writes the heatmaps of `layers` (default: all)."""
-  translator = evaluate.Translator(config, workdir, mode='attention')
+  translator = Translator(config, workdir, mode='attention')
   translation = translator([sentence])[0]
   tokenizer = translator.tokenizer
   src, tgt = tokenizer.encode(sentence), tokenizer.encode(translation)

@@ -36,7 +36,7 @@ import ml_collections
 from t2t_jax import errors
 
 # main.py's --mode choices; only 'train' and 'eval' read config.dataset's text.
-MODES = ('train', 'params', 'average', 'translate', 'eval', 'attention')
+MODES = ('train', 'params', 'average', 'translate', 'eval', 'attention', 'export')
 DATASETS = ('tfds', 'files', 'demo', 'synthetic')
 EVAL_SPLITS = ('dev', 'test')
 DECODE_PARAMS = ('auto', 'averaged', 'checkpoint')

@@ -52,7 +52,17 @@ def make_temp_dir(parent: str) -> str:
   Host and pid let `sweep_temp_dirs` tell a dead writer's folder from a live one's
   when several hosts share the disk.
   """
-  return tempfile.mkdtemp(prefix=f'.tmp-{_host()}-{os.getpid()}-', dir=parent)
+  path = tempfile.mkdtemp(prefix=f'.tmp-{_host()}-{os.getpid()}-', dir=parent)
+  # mkdtemp makes it private (0700); once renamed into place it must read like any folder
+  # os.makedirs would have made (an export, the demo corpus shared with other users).
+  os.chmod(path, 0o777 & ~_umask())
+  return path
+
+
+def _umask() -> int:
+  mask = os.umask(0o22)  # reading the umask means setting it: put it straight back
+  os.umask(mask)
+  return mask
 
 
 _TEMP_NAME = re.compile(r'\.tmp-(?P<host>.*)-(?P<pid>\d+)-[^-]*')

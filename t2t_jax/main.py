@@ -20,13 +20,15 @@ from t2t_jax import (
   distributed,
   errors,
   evaluate,
+  export,
   train,
+  translator,
   xla,
 )
 from t2t_jax import workdir as workdir_lib
 from t2t_jax.model import ModelConfig, init_param_count
 
-MODES = ('train', 'params', 'average', 'translate', 'eval', 'attention')
+MODES = config_lib.MODES
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file, e.g. '
                                 'experiments/wmt_ende_base.py (or table3.py:ROW). Needed to '
@@ -41,12 +43,20 @@ flags.DEFINE_integer('distributed_timeout', 60, 'With --distributed: seconds wit
 flags.DEFINE_string('input', None, 'translate: a file of sentences, one a line, or - for '
                     'stdin. attention: the sentence itself.')
 flags.DEFINE_string('output', None, 'translate: the output file (default: stdout). attention: '
-                    'the folder for the PNGs (default: WORKDIR/attention).')
+                    'the folder for the PNGs (default: WORKDIR/attention). export: the '
+                    'Hugging Face MarianMT folder to write (new or empty).')
+flags.DEFINE_integer('n_best', None, 'translate: write the K best translations of each line, '
+                     'as lines `LINE ||| TRANSLATION ||| SCORE` (LINE counted from 0, best '
+                     'first; K ≤ config.beam_size).', lower_bound=1)
+flags.DEFINE_integer('stream_lines', 16, 'translate --input=-: the most lines decoded '
+                     'together as they arrive.', lower_bound=1)
+flags.DEFINE_float('stream_wait', 0.1, 'translate --input=-: seconds a batch waits for more '
+                   'lines after its first one arrives.', lower_bound=0)
 flags.DEFINE_list('layers', None, 'attention: the layers to plot, e.g. 0,5 (default: all).')
 flags.DEFINE_bool('traceback', False, 'Show the full traceback of an error.')
 FLAGS = flags.FLAGS
 # Modes that use a trained run: without --config they read the config it recorded.
-RECORDED_MODES = ('average', 'translate', 'eval', 'attention')
+RECORDED_MODES = ('average', 'translate', 'eval', 'attention', 'export')
 # --config.KEY=VALUE overrides given without --config (of the recorded config): absl knows
 # them only as the overrides of a --config file, so _parse_flags takes them out first.
 _recorded_overrides: list[str] = []
@@ -103,7 +113,15 @@ def _dispatch() -> None:
     elif FLAGS.input is None:
       raise errors.UserError('--mode=translate needs --input=FILE (or - for stdin)')
     else:
-      evaluate.run_translate(config, FLAGS.workdir, FLAGS.input, FLAGS.output)
+      translator.run_translate(config, FLAGS.workdir, FLAGS.input, FLAGS.output,
+                               n_best=FLAGS.n_best, stream_lines=FLAGS.stream_lines,
+                               stream_wait_s=FLAGS.stream_wait)
+    return
+  if FLAGS.mode == 'export':
+    if FLAGS.output is None:
+      raise errors.UserError('--mode=export needs --output=DIR (the Hugging Face folder to write)')
+    export.run_export(config, FLAGS.workdir, FLAGS.output)
+    print(f'exported {FLAGS.workdir} to {FLAGS.output} (transformers.MarianMTModel)')
     return
   if FLAGS.mode == 'attention':
     if FLAGS.input is None:

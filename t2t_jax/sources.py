@@ -82,11 +82,11 @@ def _read_file_pairs(source_path: str, target_path: str) -> Iterator[Pairs]:
       raw_s, raw_t = list(itertools.islice(fs, _CHUNK)), list(itertools.islice(ft, _CHUNK))
       if not raw_s and not raw_t:
         return
-      yield (_decode_lines(source_path, first_line, raw_s),
-             _decode_lines(target_path, first_line, raw_t))
+      yield (decode_lines(source_path, first_line, raw_s),
+             decode_lines(target_path, first_line, raw_t))
 
 
-def _decode_lines(path: str, first_line: int, raw: list[bytes]) -> list[str]:
+def decode_lines(path: str, first_line: int, raw: list[bytes]) -> list[str]:
   """Decodes lines as UTF-8, naming the file and 1-based line of any bad byte."""
   blob = b''.join(raw)
   try:
@@ -273,11 +273,11 @@ def read_lines(path: str) -> list[str]:
   shifting every later line against its translation).
   """
   if path == '-':
-    return _decode_lines('<stdin>', 1, sys.stdin.buffer.readlines())
+    return decode_lines('<stdin>', 1, sys.stdin.buffer.readlines())
   if not os.path.isfile(path):
     raise errors.MissingFileError(f'{path}: no such file')
   with open(path, 'rb') as f:
-    return _decode_lines(path, 1, f.readlines())
+    return decode_lines(path, 1, f.readlines())
 
 
 def make_sources(config: Any, names: tuple[str, ...] = SPLITS, *,

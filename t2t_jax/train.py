@@ -1,7 +1,7 @@
 """Training (§5.2): the loop that drives every stage of a run.
 
 data (§5.1) -> the compiled train step (train_step.py) -> logs and dev metrics -> checkpoints
-(checkpoints.py) -> dev BLEU with beam search (evaluate.py), until num_train_steps,
+(checkpoints.py) -> dev BLEU with beam search (translator.py), until num_train_steps,
 config.train_minutes, or SIGTERM/SIGINT (after a clean save). It sits above the stages it
 drives: only main.py imports it.
 """
@@ -20,7 +20,7 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh
 
-from t2t_jax import bleu, checkpoints, config_lib, data, distributed, errors, evaluate, optim
+from t2t_jax import bleu, checkpoints, config_lib, data, distributed, errors, optim, translator
 from t2t_jax import workdir as workdir_lib
 from t2t_jax.mesh import make_mesh, shard_batch
 from t2t_jax.metrics import MetricWriter, Throughput
@@ -261,9 +261,9 @@ def _evaluate_dev(eval_fn: Callable, params: Any, dev: Any, mesh: Mesh, writer: 
 def _dev_bleu(config: ml_collections.ConfigDict, model_config: ModelConfig, params: Any,
               datasets: Any, mesh: Mesh, writer: MetricWriter, step: int) -> dict[str, float]:
   """Beam-search the dev set with the current parameters; sacreBLEU as `dev_bleu`."""
-  decoder = evaluate.make_sharded_decoder(model_config, config, mesh)
-  hypotheses = evaluate.translate(decoder, params, datasets.dev.sources, datasets.tokenizer,
-                                  config, mesh, max_input_length=config.max_decode_input_length)
+  decoder = translator.make_sharded_decoder(model_config, config, mesh)
+  hypotheses = translator.translate(decoder, params, datasets.dev.sources, datasets.tokenizer,
+                                    config, mesh, max_input_length=config.max_decode_input_length)
   scores = bleu.bleu_scores(hypotheses, datasets.dev.references, target_lang=config.target_lang)
   metrics = {'bleu': scores['sacrebleu'], 'tok_bleu': scores['tok_bleu']}
   writer.write(step, metrics, prefix='dev_')

@@ -20,6 +20,8 @@ import dataclasses
 import io
 import pathlib
 import re
+import subprocess
+import sys
 import tokenize
 from collections.abc import Iterator
 
@@ -47,7 +49,8 @@ ORDER = [
     # training step (§5), checkpoints and averaging (§5.2, §6.1)
     't2t_jax.mesh', 't2t_jax.train_step', 't2t_jax.checkpoints',
     # decoding and BLEU (§6.1)
-    't2t_jax.decode', 't2t_jax.bleu', 't2t_jax.evaluate', 't2t_jax.attention_maps',
+    't2t_jax.decode', 't2t_jax.translator', 't2t_jax.bleu', 't2t_jax.evaluate',
+    't2t_jax.attention_maps', 't2t_jax.export',
     # the loop that drives them all, and the command line
     't2t_jax.train', 't2t_jax.main',
     # the package __init__: every submodule import runs it, so it imports nothing of the project
@@ -72,6 +75,7 @@ class Import:
   target: str  # dotted module name; `from m import x` targets m.x if that is a module, else m
   nested: bool  # inside a function or class: runs late, out of sight of the module's header
   commented: bool  # a reason comment on its line(s), or directly above its run of imports
+  scope: str = ''  # the innermost function or class it sits in ('' at module level)
 
 
 def is_project(module: str) -> bool:
@@ -106,13 +110,14 @@ def _reason_lines(source: str) -> tuple[set[int], set[int]]:
   return with_reason, comment_only
 
 
-def _walk(node: ast.AST, nested: bool = False) -> Iterator[tuple[ast.stmt, bool]]:
-  """Import statements with whether they sit in a function or class (if/try/with do not count)."""
+def _walk(node: ast.AST, scope: str = '') -> Iterator[tuple[ast.stmt, str]]:
+  """Import statements with the innermost function or class they sit in ('' at module
+  level: if/try/with do not count)."""
   for child in ast.iter_child_nodes(node):
     if isinstance(child, (ast.Import, ast.ImportFrom)):
-      yield child, nested
+      yield child, scope
     else:
-      yield from _walk(child, nested or isinstance(child, _SCOPES))
+      yield from _walk(child, child.name if isinstance(child, _SCOPES) else scope)
 
 
 def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
@@ -142,13 +147,13 @@ def source_imports(source: str, module: str, is_package: bool, modules: set[str]
   with_reason, comment_only = _reason_lines(source)
   import_lines = {line for node, _ in nodes for line in range(node.lineno, node.end_lineno + 1)}
   imports = []
-  for node, nested in nodes:
+  for node, scope in nodes:
     above = node.lineno - 1
     while above in import_lines and above not in with_reason:
       above -= 1  # a comment above a run of imports speaks for the whole run
     commented = (above in comment_only or
                  any(line in with_reason for line in range(node.lineno, node.end_lineno + 1)))
-    imports += [Import(node.lineno, target, nested, commented)
+    imports += [Import(node.lineno, target, bool(scope), commented, scope)
                 for target in _targets(node, module, is_package, modules)]
   return imports
 
@@ -296,9 +301,11 @@ def test_no_import_cycle():
 def test_no_late_imports():
   modules = package_modules(ROOT)
   problems = []
-  for path in modules.values():
-    problems += nesting_problems(str(path.relative_to(ROOT)),
-                                 file_imports(path, ROOT, set(modules)))
+  for module, path in modules.items():
+    imports = file_imports(path, ROOT, set(modules))
+    if module == PACKAGE:  # its public names load on first use (the next test)
+      imports = [imp for imp in imports if imp.scope != '__getattr__']
+    problems += nesting_problems(str(path.relative_to(ROOT)), imports)
   _fail(problems, 'import(s) inside a function or class')
 
 
@@ -311,11 +318,29 @@ def test_imports_point_down_the_order():
 
 
 def test_package_init_imports_nothing_of_the_project():
+  """Every submodule import runs the package __init__, so it imports nothing of the project
+  when it runs; its public names (`from t2t_jax import Translator`) load on first use,
+  through PEP 562's module __getattr__."""
   init = ROOT / PACKAGE / '__init__.py'
   _fail([f'{init.relative_to(ROOT)}:{imp.line}: imports {imp.target}; every submodule import '
-         'runs this file, so it must import nothing of the project'
-         for imp in project_imports(init, ROOT, set(package_modules(ROOT)))],
+         'runs this file, so it must import nothing of the project (outside __getattr__)'
+         for imp in project_imports(init, ROOT, set(package_modules(ROOT)))
+         if imp.scope != '__getattr__'],
         'project import(s) in the package __init__')
+
+
+def test_a_submodule_import_loads_no_jax_and_the_public_names_load_on_use():
+  code = ('import sys, t2t_jax.errors, t2t_jax.progress; assert "jax" not in sys.modules; '
+          'from t2t_jax import Translator, Hypothesis; from t2t_jax import translator; '
+          'assert (Translator, Hypothesis) == (translator.Translator, translator.Hypothesis); '
+          'import t2t_jax; assert sorted(t2t_jax.__all__) == ["Hypothesis", "Translator"]; '
+          'from t2t_jax import Nothing')
+  result = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+  assert result.returncode == 1, result.stderr
+  assert result.stderr.strip().splitlines()[-1] == (
+      "ImportError: cannot import name 'Nothing' from 't2t_jax' "
+      f"({ROOT / PACKAGE / '__init__.py'})")
 
 
 # The checker, on synthetic packages: a broken checker must not pass silently.

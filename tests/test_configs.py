@@ -427,3 +427,63 @@ def test_configs_build_on_each_other_by_path_from_any_directory(tmp_path):
   configs, imported = result.stdout.strip().splitlines()[-2:]
   assert imported == 'False'  # by path, not `from experiments import ...`
   assert ast.literal_eval(configs) == [config.to_json() for *_, config in wanted]
+
+
+# experiments/wmt_ende_base_colab.py: the base model on one 16 GiB accelerator (Colab's TPU v5e
+# chip, a single GPU), loaded by path as --config loads it.
+wmt_ende_base_colab = config_lib.load_sibling(os.path.join(ROOT, 'experiments', 'x.py'),
+                                              'wmt_ende_base_colab')
+FREE_DRIVE_BYTES = 15e9  # a free Google Drive
+
+
+def leaves(tree, prefix=''):
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      yield from leaves(value, f'{prefix}{key}.')
+    else:
+      yield f'{prefix}{key}', value
+
+
+@pytest.mark.parametrize('mode', config_lib.MODES)
+def test_colab_config_validates_in_every_mode(mode):
+  assert config_lib.validate(wmt_ende_base_colab.get_config(), mode) is None
+
+
+def test_colab_config_is_base_but_what_one_16gib_accelerator_needs():
+  base = dict(leaves(wmt_ende_base.get_config().to_dict()))
+  colab = dict(leaves(wmt_ende_base_colab.get_config().to_dict()))
+  assert {key for key in base if base[key] != colab[key]} == {
+      'model.dtype', 'grad_accum_steps', 'keep_checkpoints'}
+  assert set(base) == set(colab)
+  config = wmt_ende_base_colab.get_config()
+  assert config.model.dtype == 'bfloat16'
+  assert ModelConfig.from_config(config).dtype == 'bfloat16'  # also on this CPU
+  # The update is §5.1's ~25k tokens a side: tokens_per_batch is the global batch, which
+  # grad_accum_steps cuts into micro-batches (batching.py, train_step.py).
+  assert config.tokens_per_batch == wmt_ende_base.get_config().tokens_per_batch == 25000
+  assert config.grad_accum_steps == 8  # ~3125 tokens a micro-batch, as each of §5.2's 8 GPUs
+  assert config.average_last == 5 <= config.keep_checkpoints  # §6.1
+
+
+def test_colab_config_checkpoints_fit_a_free_drive():
+  config = wmt_ende_base_colab.get_config()
+  params = model.closed_form_param_count(ModelConfig.from_config(config))
+  assert params == 63_045_632
+  checkpoint = params * 4 * 3  # float32 params and Adam's two moments: the bound (orbax: less)
+  averaged = params * 4
+  # keep_checkpoints, one more while the next is written, and the averaged parameters: within
+  # a third of the Drive, the rest for data_cache/, tfds' WMT14 and whatever else is there.
+  assert (config.keep_checkpoints + 1) * checkpoint + averaged < FREE_DRIVE_BYTES / 3
+  # The base config's 20 would not fit: the reason the Colab config keeps fewer.
+  assert (wmt_ende_base.get_config().keep_checkpoints + 1) * checkpoint > FREE_DRIVE_BYTES
+
+
+def test_colab_config_loads_by_path_and_counts_its_parameters(tmp_path):
+  """`--mode=params` as the notebook's commands load it: by path, from another directory."""
+  env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+  result = subprocess.run(
+      [sys.executable, '-m', 't2t_jax.main',
+       f'--config={os.path.join(ROOT, "experiments", "wmt_ende_base_colab.py")}',
+       '--mode=params'], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.strip().splitlines()[-1] == 'params: 63045632'

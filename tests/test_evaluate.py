@@ -1,4 +1,6 @@
-"""Translation and evaluation modes: batching, input order, awkward inputs, output files."""
+"""Translation and evaluation modes: batching, input order, awkward inputs, output files.
+
+The tiny trained run (`tiny_workdir`, conftest.py) is shared with test_translator.py."""
 import json
 import os
 import subprocess
@@ -9,6 +11,7 @@ import pytest
 
 from experiments import demo
 from t2t_jax import bleu, evaluate, train
+from t2t_jax.translator import Translator, decoding_batches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,11 +28,9 @@ def tiny_config():
   return config
 
 
-@pytest.fixture(scope='module')
-def workdir(tmp_path_factory):
-  path = str(tmp_path_factory.mktemp('trained'))
-  train.train_and_evaluate(tiny_config(), path)
-  return path
+@pytest.fixture
+def workdir(tiny_workdir):
+  return tiny_workdir
 
 
 @pytest.mark.parametrize('num_devices', [1, 8])
@@ -37,7 +38,7 @@ def test_decoding_batches_cover_every_sentence_once(num_devices):
   lengths = np.random.default_rng(0).integers(1, 60, size=203)
   seen = []
   rows_of_length = {}
-  for indices, rows, length in evaluate.decoding_batches(
+  for indices, rows, length in decoding_batches(
       lengths, tokens_per_batch=256, num_devices=num_devices, bucket_growth=1.1):
     assert rows % num_devices == 0 and len(indices) <= rows
     assert all(lengths[i] <= length for i in indices)
@@ -47,7 +48,7 @@ def test_decoding_batches_cover_every_sentence_once(num_devices):
 
 
 def test_translation_keeps_input_order_and_handles_awkward_lines(workdir, caplog):
-  translator = evaluate.Translator(tiny_config(), workdir)
+  translator = Translator(tiny_config(), workdir)
   sentences = ['5 6 7', '', '9 9 9 9 9 9 9 9', '   ', '3', '11 12']
   together = translator(sentences)
   one_by_one = [translator([s])[0] for s in sentences]
@@ -98,7 +99,7 @@ def test_translate_and_eval_modes(workdir, tmp_path):
 def test_translate_prefers_the_averaged_checkpoint(workdir):
   from t2t_jax import checkpoints
   checkpoints.average_checkpoints(workdir, 2)
-  assert evaluate.Translator(tiny_config(), workdir).source == 'averaged/6'
+  assert Translator(tiny_config(), workdir).source == 'averaged/6'
 
 
 def test_attention_mode_writes_one_png_per_layer_and_kind(workdir, tmp_path):
@@ -114,7 +115,7 @@ def test_attention_mode_writes_one_png_per_layer_and_kind(workdir, tmp_path):
 
 def test_attention_weights_are_distributions(workdir):
   from t2t_jax import attention_maps
-  translator = evaluate.Translator(tiny_config(), workdir)
+  translator = Translator(tiny_config(), workdir)
   weights = attention_maps.attention_weights(translator.params, translator.model_config,
                                              [5, 6, 7, 1], [8, 9, 1])
   assert set(weights) == {('encoder_self_attention', 0), ('decoder_self_attention', 0),
@@ -156,15 +157,16 @@ def test_stdin_is_split_on_newlines_only_like_a_file(workdir, tmp_path):
                              capture_output=True, timeout=600)
   assert from_stdin.stdout == from_file.stdout
   assert from_stdin.stdout.count(b'\n') == 4 and from_stdin.stdout.endswith(b'\n\n')
-  bad = subprocess.run([*args, '--input=-'], cwd=ROOT, env=env, input=b'5 6\n7 \xff\n',
+  # A stream translates as lines arrive: the line before a bad one is answered, not lost.
+  bad = subprocess.run([*args, '--input=-'], cwd=ROOT, env=env, input=b'5 6\n7 \xff\n8\n',
                        capture_output=True, timeout=600)
-  assert bad.returncode != 0 and bad.stdout == b''
+  assert bad.returncode != 0 and bad.stdout.count(b'\n') == 1
   assert bad.stderr.decode().strip().splitlines()[-1].startswith(
       't2t_jax: error: <stdin>, line 2: invalid UTF-8')
 
 
 def test_a_hypothesis_never_holds_a_line_break(workdir, monkeypatch):
-  translator = evaluate.Translator(tiny_config(), workdir)
+  translator = Translator(tiny_config(), workdir)
   # Byte-fallback pieces can decode to any character, line breaks included.
   monkeypatch.setattr(translator.tokenizer, 'decode', lambda ids: 'a\nb\rc\u2028d\x85e')
   assert translator(['5 6', '', '7']) == ['a b c d e', '', 'a b c d e']

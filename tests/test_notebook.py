@@ -1,13 +1,17 @@
 """notebooks/colab.ipynb: its structure (fast), and a tiny CPU demo run of the whole notebook.
 
 The run executes every cell with nbclient in a kernel of this interpreter (the venv's python),
-with the T2T_NOTEBOOK_* environment variables shrinking the demo to a few seconds of training.
+with the T2T_NOTEBOOK_* environment variables shrinking the demo to a few seconds of training
+and keeping TensorBoard's server from starting.
 """
 import ast
 import json
 import os
 import re
+import shlex
+import shutil
 import sys
+import types
 
 import pytest
 
@@ -69,19 +73,86 @@ def test_first_code_cell_holds_the_settings():
   assert first is tagged_cell(nb, 'parameters')
   assert re.search(r"^REPO_URL = 'https://github.com/YOUR_ORG/t2t_jax.git'  "
                    r'# set this to your fork', first.source, re.M)
-  for name in ('T2T_NOTEBOOK_WORKDIR', 'T2T_NOTEBOOK_OVERRIDES', 'T2T_NOTEBOOK_SKIP_INSTALL'):
+  for name in ('T2T_NOTEBOOK_WORKDIR', 'T2T_NOTEBOOK_OVERRIDES', 'T2T_NOTEBOOK_SKIP_INSTALL',
+               'T2T_NOTEBOOK_RUNTIME', 'T2T_NOTEBOOK_TENSORBOARD'):
     assert name in first.source
   assert f"JAX_VERSION = '{pinned_jax_version()}'" in first.source
 
 
-@pytest.mark.parametrize('runtime,config', [('tpu', 'experiments/wmt_ende_base.py'),
-                                            ('gpu', 'experiments/wmt_ende_base.py'),
+# A TPU or GPU runtime is one 16 GiB accelerator on today's Colab (a TPU v5e chip, a T4).
+@pytest.mark.parametrize('runtime,config', [('tpu', 'experiments/wmt_ende_base_colab.py'),
+                                            ('gpu', 'experiments/wmt_ende_base_colab.py'),
                                             ('cpu', 'experiments/demo.py')])
 def test_runtime_selects_the_config(runtime, config):
   namespace = {'RUNTIME': runtime}
   exec(tagged_cell(read_notebook(), 'config').source, namespace)  # the cell as Colab runs it
   assert namespace['CONFIG'] == config
   assert os.path.exists(os.path.join(ROOT, config))
+
+
+def test_the_accelerator_path_is_explained_with_its_numbers():
+  """The markdown says what the Colab config changes and why: one v5e chip, bf16, 8
+  micro-batches of the §5.1 batch, and the Drive arithmetic of keeping 5 checkpoints."""
+  text = '\n'.join(cell.source for cell in read_notebook().cells if cell.cell_type == 'markdown')
+  for phrase in ('experiments/wmt_ende_base_colab.py', 'v5e', '16 GiB', 'bfloat16',
+                 "config.model.dtype='bfloat16'", 'config.grad_accum_steps=8',
+                 'config.keep_checkpoints=5', '15 GB', '0.76 GB', '%tensorboard'):
+    assert phrase in text, phrase
+  assert 'v2-8 has 8 cores' not in text  # Colab's old TPU runtime
+
+
+def code_index(nb, cell):
+  return next(i for i, c in enumerate(code_cells(nb)) if c is cell)
+
+
+def test_tensorboard_starts_before_training():
+  """TensorBoard is shown inline before the training cell, so its curves fill in live."""
+  nb = read_notebook()
+  board, train = tagged_cell(nb, 'tensorboard'), tagged_cell(nb, 'train')
+  assert train.source.strip() == "t2t('train')"
+  assert code_index(nb, tagged_cell(nb, 'config')) < code_index(nb, board)  # WORKDIR is set
+  assert code_index(nb, board) < code_index(nb, train)
+  assert "notebook.start('--logdir ' + shlex.quote(logdir))" in board.source
+  assert "start_tensorboard(os.path.join(WORKDIR, 'tensorboard'))" in board.source
+  assert "TENSORBOARD = os.environ.get('T2T_NOTEBOOK_TENSORBOARD', '1') != '0'" in (
+      tagged_cell(nb, 'parameters').source)
+
+
+def run_tensorboard_cell(monkeypatch, *, enabled, shell):
+  """Runs the TensorBoard cell with tensorboard.notebook.start and IPython.get_ipython
+  replaced; returns what the cell printed and the argument strings start was called with."""
+  started = []
+  # The cell sets TENSORBOARD_BINARY to the program it found: restored after the test.
+  monkeypatch.setenv('TENSORBOARD_BINARY', 'tensorboard')
+  monkeypatch.setattr('tensorboard.notebook.start', started.append)
+  monkeypatch.setattr('IPython.get_ipython', lambda: shell)
+  printed = []
+  namespace = {'TENSORBOARD': enabled, 'WORKDIR': '/runs/my run', 'PYTHON': sys.executable,
+               'os': os, 'shlex': shlex, 'shutil': shutil,
+               'print': lambda *args: printed.append(' '.join(map(str, args)))}
+  exec(tagged_cell(read_notebook(), 'tensorboard').source, namespace)
+  return printed, started
+
+
+def test_tensorboard_cell_starts_the_server_in_a_notebook(monkeypatch):
+  pytest.importorskip('IPython')
+  pytest.importorskip('tensorboard.notebook')
+  printed, started = run_tensorboard_cell(monkeypatch, enabled=True,
+                                          shell=types.SimpleNamespace())
+  assert started == ["--logdir '/runs/my run/tensorboard'"]  # as %tensorboard --logdir
+  assert printed == ['TensorBoard: on, reading /runs/my run/tensorboard']
+
+
+@pytest.mark.parametrize('enabled,shell,why', [
+    (False, types.SimpleNamespace(), 'off (T2T_NOTEBOOK_TENSORBOARD=0)'),  # the test run
+    (True, None, 'off (not in a notebook)'),  # python outside IPython
+])
+def test_tensorboard_cell_starts_nothing_outside_a_notebook_or_when_off(monkeypatch, enabled,
+                                                                        shell, why):
+  pytest.importorskip('IPython')
+  pytest.importorskip('tensorboard.notebook')
+  printed, started = run_tensorboard_cell(monkeypatch, enabled=enabled, shell=shell)
+  assert started == [] and printed == [f'TensorBoard: {why}']
 
 
 def test_accelerator_installs_and_modes():
@@ -121,6 +192,7 @@ def test_notebook_runs_the_demo_on_cpu(tmp_path, monkeypatch, venv_kernel):
   monkeypatch.setenv('T2T_NOTEBOOK_OVERRIDES', TINY_OVERRIDES)
   monkeypatch.setenv('T2T_NOTEBOOK_SKIP_INSTALL', '1')
   monkeypatch.setenv('T2T_NOTEBOOK_RUNTIME', 'cpu')  # the demo path even on a GPU machine
+  monkeypatch.setenv('T2T_NOTEBOOK_TENSORBOARD', '0')  # no TensorBoard server from a test
   monkeypatch.setenv('MPLBACKEND', 'module://matplotlib_inline.backend_inline')
   nb = read_notebook()
   client = nbclient.NotebookClient(
@@ -141,6 +213,7 @@ def test_notebook_runs_the_demo_on_cpu(tmp_path, monkeypatch, venv_kernel):
       images += 'image/png' in output.get('data', {})
   text = ''.join(outputs)
   assert images >= 1, 'no training curve'
+  assert 'TensorBoard: off (T2T_NOTEBOOK_TENSORBOARD=0)\n' in text  # and so no server
 
   eval_dir = workdir / 'eval'
   assert os.listdir(eval_dir) == ['test-averaged-20-beam4-alpha0.6-extra10']

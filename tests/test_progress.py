@@ -9,7 +9,7 @@ import pytest
 
 import test_data  # pytest puts tests/ (no __init__.py) on sys.path
 import test_evaluate
-from t2t_jax import data, evaluate, progress, sources, synthetic
+from t2t_jax import data, progress, sources, synthetic, translator
 from t2t_jax.mesh import make_mesh, replicated
 from t2t_jax.model import ModelConfig, Transformer
 
@@ -147,11 +147,11 @@ def test_progress_lines_appear_during_a_long_eval(log, every_update):
   mesh = make_mesh()
   dummy = np.ones((1, 1), np.int32)
   params = Transformer(model_config).init(jax.random.PRNGKey(0), dummy, dummy)['params']
-  decoder = evaluate.make_sharded_decoder(model_config, config, mesh)
+  decoder = translator.make_sharded_decoder(model_config, config, mesh)
   sentences = ['5 6 7'] * 100  # one length: one compilation, several batches
-  evaluate.translate(decoder, jax.device_put(params, replicated(mesh)), sentences,
-                     synthetic.IdTokenizer(config.vocab_size), config, mesh,
-                     max_input_length=20)
+  translator.translate(decoder, jax.device_put(params, replicated(mesh)), sentences,
+                       synthetic.IdTokenizer(config.vocab_size), config, mesh,
+                       max_input_length=20)
   during = [m for m in log() if re.fullmatch(
       r'Translating: [\d,]+/100 sentences \(\d+%\), [\d.,]+ sentences/s, ETA \d+:\d\d', m)]
   done = [int(m.split(': ')[1].split('/')[0]) for m in during]

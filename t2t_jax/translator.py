@@ -1,0 +1,421 @@
+"""From a trained run to translations (§6.1): the Python API, `--mode=translate`, streaming.
+
+    from t2t_jax import Translator
+    tr = Translator.from_workdir('runs/demo')
+    tr.translate(['A sentence.', 'Another one.'])            # -> ['Ein Satz.', ...]
+    tr.translate(['A sentence.'], beam_size=8, n_best=3)     # -> [[Hypothesis(text, score)] * 3]
+
+Sentences are encoded, sorted by length and cut into decoding batches whose shapes come
+from a fixed set (source-length buckets × a row count per bucket), so short sentences
+don't pay for long ones' padding and beam search compiles a bounded number of times.
+Each device decodes its own rows (shard_map, no communication); outputs return to input
+order. A stream (`--input=-`) is cut into small batches as its lines arrive instead
+(`stream`), so each line is answered without waiting for the end of the input.
+
+A hypothesis's score is the beam search's: log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α,
+|Y| counting the EOS (decode.py). An empty (or all-space) input line is not decoded: its
+translation is the empty line, with score 0.0.
+"""
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, BinaryIO, NamedTuple
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from t2t_jax import batching, checkpoints, config_lib, data, decode, errors, files, sources
+from t2t_jax import workdir as workdir_lib
+from t2t_jax.mesh import AXIS, make_mesh, replicated, shard_batch
+from t2t_jax.model import ModelConfig, Transformer
+from t2t_jax.progress import Progress
+from t2t_jax.tokenizer import PAD_ID
+
+Decoder = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+
+
+class Hypothesis(NamedTuple):
+  """One translation of an n-best list: its text and its beam-search score."""
+  text: str
+  score: float  # log P(Y|X) / lp(Y), §6.1 (higher is better)
+
+
+def decoding_batches(lengths: Sequence[int], *, tokens_per_batch: int, num_devices: int,
+                     bucket_growth: float, max_rows: int = 0,
+                     ) -> Iterator[tuple[np.ndarray, int, int]]:
+  """(indices, rows, padded length) of each batch, shortest sentences first.
+
+  A bucket of padded length S always uses the same number of rows (tokens_per_batch / S,
+  at most max_rows if given, a multiple of num_devices); its last batch is filled up with
+  empty rows.
+  """
+  lengths = np.asarray(lengths)
+  grid = batching.bucket_lengths(max(int(lengths.max(initial=1)), 1), bucket_growth)
+  padded = grid[np.searchsorted(grid, lengths)]
+  order = np.argsort(lengths, kind='stable')
+  for length in np.unique(padded):
+    members = order[padded[order] == length]
+    per_device = max(tokens_per_batch // int(length) // num_devices, 1)
+    if max_rows:  # a stream's small batches: no rows beyond what it has
+      per_device = min(per_device, -(-max_rows // num_devices))
+    rows = per_device * num_devices
+    for start in range(0, len(members), rows):
+      yield members[start:start + rows], rows, int(length)
+
+
+def make_sharded_decoder(model_config: ModelConfig, config: ml_collections.ConfigDict,
+                         mesh: Mesh, *, beam_size: int | None = None,
+                         n_best: int | None = None) -> Decoder:
+  """(params, src [rows, S], alpha []) -> (ids [rows, T], scores [rows]) by beam search,
+  each device on its own rows; with n_best=n, ids [rows, n, T] and scores [rows, n].
+
+  beam_size defaults to config.beam_size. α is an argument, not a constant: another α
+  needs no recompilation.
+  """
+  def search(params, src, alpha):
+    beams = decode.search(params, src, config=model_config,
+                          beam_size=beam_size or config.beam_size, alpha=alpha,
+                          extra_length=config.decode_extra_length, n_best=n_best)
+    return beams.finished_seq[..., 1:], beams.finished_score
+  # Each device's beam search stops when its own sentences are done: no collectives, and
+  # no replication to check.
+  sharded = jax.shard_map(search, mesh=mesh, in_specs=(P(), P(AXIS), P()),
+                          out_specs=(P(AXIS), P(AXIS)), check_vma=False)
+  return jax.jit(sharded)
+
+
+def translate_ids(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[int]],
+                  config: ml_collections.ConfigDict, mesh: Mesh, *,
+                  alpha: float | None = None, max_rows: int = 0, show_progress: bool = True,
+                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  """Output ids (up to EOS) and scores for each input in `token_ids`, in input order: per
+  input, ids [T] and a score [] (n-best decoders: [n, T] and [n]).
+
+  alpha defaults to config.beam_alpha; max_rows caps a batch's rows (decoding_batches).
+  Process 0 logs the sentences done, the rate and the ETA (progress.py).
+  """
+  alpha = np.float32(config.beam_alpha if alpha is None else alpha)
+  outputs: list[np.ndarray] = [np.zeros(0, np.int32)] * len(token_ids)
+  scores: list[np.ndarray] = [np.zeros((), np.float32)] * len(token_ids)
+  batches = list(decoding_batches(
+      [len(t) for t in token_ids], tokens_per_batch=config.decode_tokens_per_batch,
+      num_devices=mesh.size, bucket_growth=config.bucket_growth, max_rows=max_rows))
+  # A batch's cost: its rows (empty ones too) times the most steps its beam search may take.
+  # The ETA follows that, not the sentences: short ones go first, and a sentence count would
+  # promise too early an end.
+  cost = lambda rows, length: rows * (length + config.decode_extra_length)  # noqa: E731
+  with Progress('Translating', len(token_ids), 'sentences',
+                work=sum(cost(rows, length) for _, rows, length in batches),
+                enabled=show_progress and jax.process_index() == 0) as bar:
+    for indices, rows, length in batches:
+      ids, score = _decode_batch(decoder, params, [token_ids[i] for i in indices], rows,
+                                 length, alpha, mesh)
+      for r, i in enumerate(indices):
+        outputs[i], scores[i] = ids[r], score[r]
+      bar.update(len(indices), work=cost(rows, length))
+  return outputs, scores
+
+
+def _decode_batch(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[int]], rows: int,
+                  length: int, alpha: np.ndarray, mesh: Mesh) -> tuple[np.ndarray, np.ndarray]:
+  """One batch: `token_ids` in the first rows of a [rows, length] source, the rest empty;
+  each process feeds its own share of the rows, and all get every row's output back."""
+  src = np.full((rows, length), PAD_ID, np.int32)
+  for r, ids in enumerate(token_ids):
+    src[r, :len(ids)] = ids
+  share = rows // jax.process_count()
+  mine = slice(share * jax.process_index(), share * (jax.process_index() + 1))
+  ids, scores = decoder(params, shard_batch({'src': src[mine]}, mesh)['src'], alpha)
+  return _gather_rows(ids), _gather_rows(scores)
+
+
+def _gather_rows(x: jax.Array) -> np.ndarray:
+  if jax.process_count() == 1:
+    return np.asarray(x)
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def encode_inputs(sentences: Sequence[str], tokenizer: Any, max_input_length: int, *,
+                  first_line: int = 1) -> tuple[list[int], list[list[int]]]:
+  """(indices of the non-empty sentences, their ids): an empty (or all-space) line is not
+  decoded; an input over `max_input_length` sub-words is truncated, with a warning naming
+  its line (first_line: the number of sentences[0])."""
+  nonempty = [i for i, s in enumerate(sentences) if s.strip()]
+  encoded = tokenizer.encode_batch([sentences[i] for i in nonempty])
+  for i, ids in zip(nonempty, encoded, strict=True):
+    if len(ids) > max_input_length:
+      logging.warning('Input line %d has %d sub-words; decoding its first %d.', first_line + i,
+                      len(ids), max_input_length)
+      ids[max_input_length - 1:] = ids[-1:]  # keep the EOS
+  return nonempty, encoded
+
+
+# Every character str.splitlines() breaks at: \n \r \v \f FS GS RS NEL LS PS.
+_LINE_BREAKS = re.compile('[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]')
+
+
+def one_line(text: str) -> str:
+  """`text` with line breaks made spaces: output line i always belongs to input line i.
+
+  A hypothesis can contain one (byte-fallback pieces decode to any character), and a
+  reference file can too; written out, it would shift every later line.
+  """
+  return _LINE_BREAKS.sub(' ', text)
+
+
+def translate(decoder: Decoder, params: Any, sentences: Sequence[str], tokenizer: Any,
+              config: ml_collections.ConfigDict, mesh: Mesh, *, max_input_length: int,
+              alpha: float | None = None) -> list[str]:
+  """Detokenized translations of raw sentences, in input order (the single best of a
+  decoder without n_best). Empty lines stay empty; long ones are truncated (encode_inputs)."""
+  nonempty, inputs = encode_inputs(sentences, tokenizer, max_input_length)
+  outputs, _ = translate_ids(decoder, params, inputs, config, mesh, alpha=alpha)
+  translations = [''] * len(sentences)
+  for i, ids in zip(nonempty, outputs, strict=True):
+    translations[i] = one_line(tokenizer.decode(ids))
+  return translations
+
+
+class Translator:
+  """A trained run, loaded once for decoding: config, tokenizer, parameters, mesh, and a
+  compiled decoder per (beam size, n-best) asked for.
+
+  The parameters are config.decode_params ('auto': averaged/ if there, else checkpoints/)
+  at config.restore_step (0: the newest). `mode` is the --mode the config is checked for
+  (config_lib.validate): 'translate', 'eval' or 'attention'. `from_workdir` builds one from
+  the config the run recorded.
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *, mode: str = 'translate'):
+    self.config = config
+    config_lib.validate(config, mode)
+    self.model_config = ModelConfig.from_config(config)
+    self.mesh = make_mesh()
+    self.tokenizer = data.load_tokenizer(config, workdir)
+    loaded = checkpoints.load_params(workdir, which=config.decode_params,
+                                     step=config.restore_step)
+    self.source, self.kind, self.step = loaded.source, loaded.kind, loaded.step
+    check_params_match(loaded.params, config, self.model_config, self.source, workdir)
+    self.params = jax.device_put(loaded.params, replicated(self.mesh))
+    self._decoders: dict[tuple[int, int | None], Decoder] = {}
+    logging.info('Decoding with the parameters of %s (beam %d, alpha %.2f).', self.source,
+                 config.beam_size, config.beam_alpha)
+
+  @classmethod
+  def from_workdir(cls, workdir: str, overrides: Mapping[str, Any] | None = None) -> Translator:
+    """The run trained in `workdir`, with the config it recorded (DIR/config.json).
+
+    `overrides` ({'decode_params': 'checkpoint', 'model.dtype': 'bfloat16'}) change keys
+    of that config as --config.KEY=VALUE would; one that contradicts the trained model
+    (config_lib.TRAINED_KEYS) is refused with an errors.UserError naming it.
+    """
+    workdir_lib.check_local(workdir)
+    where = f'{workdir.rstrip("/")}/{workdir_lib.CONFIG}'
+    recorded = workdir_lib.load_config(workdir)
+    if recorded is None:
+      raise errors.UserError(f'{where}: no recorded run there (training records it)')
+    pairs = [f'config.{key}={value}' for key, value in (overrides or {}).items()]
+    return cls(config_lib.from_recorded(recorded, pairs, where), workdir)
+
+  @property
+  def max_input_length(self) -> int:
+    """Learned positions end at max_len, which must also hold input + extra outputs."""
+    if self.model_config.positional == 'learned':
+      return self.model_config.max_len - self.config.decode_extra_length
+    return max(self.config.max_decode_input_length, 1)
+
+  def decoder(self, beam_size: int | None = None, n_best: int | None = None) -> Decoder:
+    """The sharded beam search for this beam size (default config.beam_size) and n-best,
+    compiled once per input shape and kept."""
+    key = (beam_size or self.config.beam_size, n_best)
+    if key not in self._decoders:
+      self._decoders[key] = make_sharded_decoder(self.model_config, self.config, self.mesh,
+                                                 beam_size=key[0], n_best=n_best)
+    return self._decoders[key]
+
+  def translate(self, sentences: Sequence[str] | str, *, beam_size: int | None = None,
+                alpha: float | None = None, n_best: int | None = None,
+                first_line: int = 1, max_rows: int = 0, show_progress: bool = True,
+                ) -> list[str] | list[list[Hypothesis]] | str | list[Hypothesis]:
+    """Translations of `sentences`, in order, by beam search (§6.1).
+
+    Each is a str; with n_best=n (1 ≤ n ≤ beam size), a list of up to n Hypothesis, best
+    first. beam_size and alpha default to config.beam_size and config.beam_alpha (4 and
+    0.6, §6.1). One str in gives one translation (or list) out. first_line numbers the
+    sentences in warnings; max_rows caps a decoding batch (streams).
+    """
+    if isinstance(sentences, str):
+      return self.translate([sentences], beam_size=beam_size, alpha=alpha, n_best=n_best)[0]
+    beam_size = beam_size or self.config.beam_size
+    if n_best is not None and not 1 <= n_best <= beam_size:
+      raise errors.UserError(f'n_best={n_best}: must be between 1 and the beam size '
+                             f'({beam_size}; config.beam_size)')
+    nonempty, inputs = encode_inputs(sentences, self.tokenizer, self.max_input_length,
+                                     first_line=first_line)
+    outputs, scores = translate_ids(self.decoder(beam_size, n_best), self.params, inputs,
+                                    self.config, self.mesh, alpha=alpha, max_rows=max_rows,
+                                    show_progress=show_progress)
+    if n_best is None:
+      texts = [''] * len(sentences)
+      for i, ids in zip(nonempty, outputs, strict=True):
+        texts[i] = one_line(self.tokenizer.decode(ids))
+      return texts
+    lists = [[Hypothesis('', 0.0)] for _ in sentences]  # an empty line: the empty one
+    for i, ids, score in zip(nonempty, outputs, scores, strict=True):
+      # A slot that no hypothesis finished into holds -inf (decode.beam_search): dropped.
+      lists[i] = [Hypothesis(one_line(self.tokenizer.decode(row)), float(s))
+                  for row, s in zip(ids, score, strict=True) if np.isfinite(s)]
+    return lists
+
+  def __call__(self, sentences: Sequence[str]) -> list[str]:
+    return self.translate(sentences)
+
+
+def check_params_match(params: Any, config: ml_collections.ConfigDict,
+                        model_config: ModelConfig, source: str, workdir: str) -> None:
+  """A checkpoint from another config fails here with the parameter named, not in XLA."""
+  dummy = np.ones((1, 1), np.int32)
+  expected = jax.eval_shape(lambda: Transformer(model_config).init(
+      jax.random.PRNGKey(0), dummy, dummy)['params'])
+  differences = checkpoints.shape_differences(checkpoints.shapes(params),
+                                              checkpoints.shapes(expected))
+  if differences:
+    recorded = workdir_lib.load_config(workdir)
+    changes = (workdir_lib.config_differences(recorded, workdir_lib.config_dict(config))
+               if recorded is not None else None)
+    error = checkpoints.CheckpointMismatch(source, differences)
+    raise errors.UserError(f'{checkpoints.mismatch_message(error, model_config, changes)} Decode '
+                           'with the config the run was trained with.')
+
+
+# ------------------------------------------------------------------ --mode=translate
+
+# --n_best=K output: K lines per input line, `INDEX ||| TRANSLATION ||| SCORE`, INDEX the
+# input line's number counted from 0 (Moses' and Marian's n-best format), best first.
+NBEST_SEPARATOR = ' ||| '
+
+
+def format_results(results: Sequence[str] | Sequence[Sequence[Hypothesis]],
+                   first_index: int = 0) -> str:
+  """Output text of translations: a line each, or the n-best lines of each list."""
+  lines = []
+  for index, result in enumerate(results, start=first_index):
+    if isinstance(result, str):
+      lines.append(result)
+    else:
+      lines += [NBEST_SEPARATOR.join((str(index), h.text, f'{h.score:.6f}')) for h in result]
+  return ''.join(line + '\n' for line in lines)
+
+
+_END = object()  # the end of a stream, in its queue
+
+
+def _read_stream(binary: BinaryIO, name: str, lines: queue.Queue) -> None:
+  """Puts each line of `binary` into `lines` as it arrives (split on b'\\n' alone, decoded
+  like a file: sources.decode_lines), then _END; a bad line puts its error and stops."""
+  try:
+    for number, raw in enumerate(iter(binary.readline, b''), start=1):
+      lines.put(sources.decode_lines(name, number, [raw])[0])
+  except Exception as error:  # noqa: BLE001 — handed to the consumer, which raises it
+    lines.put(error)
+    return
+  lines.put(_END)
+
+
+def arriving_batches(binary: BinaryIO, name: str, *, max_lines: int, wait_s: float,
+                     ) -> Iterator[list[str]]:
+  """Lines of a stream in batches as they arrive: a batch ends after `max_lines` lines or
+  `wait_s` seconds after its first line, whichever is first, or at the end of the stream.
+  A line that cannot be read raises, after the batches of the lines before it."""
+  lines: queue.Queue = queue.Queue()
+  # A daemon thread: blocked in a read, it must not keep a finished process alive.
+  threading.Thread(target=_read_stream, args=(binary, name, lines), daemon=True).start()
+  item = lines.get()
+  while item is not _END:
+    if isinstance(item, Exception):
+      raise item
+    batch, deadline = [item], time.monotonic() + wait_s
+    item = None  # what ended the batch: None (full, or the wait is over), _END or an error
+    while len(batch) < max_lines:
+      try:
+        item = lines.get(timeout=max(deadline - time.monotonic(), 0))
+      except queue.Empty:
+        item = None
+        break
+      if not isinstance(item, str):
+        break
+      batch.append(item)
+      item = None
+    yield batch
+    if item is None:
+      item = lines.get()
+
+
+def stream(translator: Translator, binary: BinaryIO, out: BinaryIO, *, name: str = '<stdin>',
+           n_best: int | None = None, max_lines: int = 16, wait_s: float = 0.1) -> int:
+  """Translates the lines of `binary` as they arrive and writes each batch's output lines to
+  `out`, flushed at once: a translation never waits for the end of the input. Returns the
+  number of lines translated."""
+  done = 0
+  for batch in arriving_batches(binary, name, max_lines=max_lines, wait_s=wait_s):
+    results = translator.translate(batch, n_best=n_best, first_line=done + 1,
+                                   max_rows=max_lines, show_progress=False)
+    out.write(format_results(results, first_index=done).encode('utf-8'))
+    out.flush()
+    done += len(batch)
+  return done
+
+
+def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: str,
+                  output_path: str | None, *, n_best: int | None = None,
+                  stream_lines: int = 16, stream_wait_s: float = 0.1) -> None:
+  """--mode=translate: lines of `input_path` to `output_path` (None = stdout).
+
+  A file is read whole and decoded in length-sorted batches. '-' (stdin) is a stream: its
+  lines are translated in batches of at most `stream_lines` as they arrive (`stream`), and
+  each batch's output is flushed at once (multi-process runs read stdin whole: every
+  process must decode the same batches). Line i of the output is the translation of line
+  i of the input (n-best: its lines start with i - 1): both are split on '\n' alone, stdin
+  exactly like a file (sources.read_lines), and no translation holds a line break.
+  """
+  if n_best is not None and not 1 <= n_best <= config.beam_size:
+    raise errors.UserError(f'--n_best={n_best}: must be between 1 and config.beam_size '
+                           f'({config.beam_size})')
+  translator = Translator(config, workdir, mode='translate')
+  if input_path == '-' and jax.process_count() == 1:
+    with _output(output_path) as out:
+      count = stream(translator, sys.stdin.buffer, out, n_best=n_best, max_lines=stream_lines,
+                     wait_s=stream_wait_s)
+    logging.info('Translated %d lines of <stdin>.', count)
+    return
+  text = format_results(translator.translate(sources.read_lines(input_path), n_best=n_best))
+  if output_path is not None:
+    if jax.process_index() == 0:  # one copy, however many processes decoded
+      files.write_text(output_path, text)
+  elif jax.process_index() == 0:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode('utf-8'))  # UTF-8 whatever the locale's encoding
+    sys.stdout.buffer.flush()
+
+
+@contextlib.contextmanager
+def _output(path: str | None) -> Iterator[BinaryIO]:
+  """A stream's output: the file `path`, written as it goes (what was translated stays if
+  the input then fails), or stdout's bytes (UTF-8 whatever the locale's encoding)."""
+  if path is None:
+    sys.stdout.flush()
+    yield sys.stdout.buffer
+    return
+  with open(path, 'wb') as f:
+    yield f

@@ -1,0 +1,193 @@
+"""The Python API (README's example), n-best lists scored like the model, streaming input.
+
+The tiny trained run (`tiny_workdir`, conftest.py) is the one of test_evaluate.py: a
+synthetic task whose text is its ids ('5 6 7').
+"""
+import io
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from t2t_jax import Hypothesis, Translator, errors, translator
+from t2t_jax.decode import length_penalty
+from t2t_jax.model import Transformer
+from test_evaluate import COMMON, ROOT, tiny_config
+
+SENTENCES = ['5 6 7', '', '9 9 9 9 9 9 9 9', '3', '11 12']
+
+
+@pytest.fixture(scope='module')
+def loaded(tiny_workdir):
+  return Translator(tiny_config(), tiny_workdir)
+
+
+def test_from_workdir_reads_the_recorded_config(tiny_workdir, loaded):
+  recorded = Translator.from_workdir(tiny_workdir)
+  assert recorded.model_config == loaded.model_config
+  assert recorded.translate(SENTENCES) == loaded.translate(SENTENCES) == loaded(SENTENCES)
+  assert recorded.translate('5 6 7') == loaded(['5 6 7'])[0]
+  changed = Translator.from_workdir(tiny_workdir, {'beam_size': 1, 'decode_params': 'checkpoint',
+                                                   'restore_step': 3})
+  assert (changed.config.beam_size, changed.source) == (1, 'checkpoints/3')
+  with pytest.raises(errors.UserError, match=r'config\.model\.num_layers=2 contradicts'):
+    Translator.from_workdir(tiny_workdir, {'model.num_layers': 2})
+
+
+def teacher_forced_score(tr: Translator, source: str, text: str, alpha: float) -> float:
+  """log P(Y|X) / lp(Y) of `text` (its EOS included), from one teacher-forced pass of the
+  model and a float64 log-softmax: the beam search's score, recomputed independently."""
+  src = np.array([tr.tokenizer.encode(source)], np.int32)
+  target = np.array([tr.tokenizer.encode(text)], np.int32)
+  model = Transformer(tr.model_config.replace(deterministic=True))
+  logits = np.asarray(model.apply({'params': tr.params}, src, target), np.float64)[0]
+  logits -= logits.max(axis=-1, keepdims=True)
+  logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+  total = logp[np.arange(target.shape[1]), target[0]].sum()
+  return float(total / ((5 + target.shape[1]) / 6) ** alpha)
+
+
+@pytest.mark.parametrize('alpha', [0.6, 0.0])
+def test_n_best_lists_are_sorted_distinct_and_scored_like_the_model(loaded, alpha):
+  best = loaded.translate(SENTENCES, alpha=alpha)
+  lists = loaded.translate(SENTENCES, alpha=alpha, n_best=4)
+  assert len(lists) == len(SENTENCES) and lists[1] == [Hypothesis('', 0.0)]
+  for sentence, single, hypotheses in zip(SENTENCES, best, lists, strict=True):
+    if not sentence:
+      continue
+    assert 1 <= len(hypotheses) <= 4 and hypotheses[0].text == single
+    scores = [h.score for h in hypotheses]
+    assert scores == sorted(scores, reverse=True)
+    assert len({h.text for h in hypotheses}) == len(hypotheses)
+    for h in hypotheses:
+      assert h.score == pytest.approx(teacher_forced_score(loaded, sentence, h.text, alpha),
+                                      abs=2e-4)
+
+
+def test_the_length_penalty_of_the_oracle_is_the_papers():
+  # (5 + |Y|)^α / (5 + 1)^α (Wu et al., 2016, as §6.1 uses it), |Y| counting the EOS.
+  assert float(length_penalty(np.int32(7), 0.6)) == pytest.approx((12 / 6) ** 0.6)
+
+
+def test_beam_size_and_n_best_are_checked(loaded):
+  assert loaded.translate(SENTENCES, beam_size=1) == [
+      loaded.translate(s, beam_size=1) for s in SENTENCES]
+  with pytest.raises(errors.UserError, match=r'n_best=5: must be between 1 and the beam size '
+                                             r'\(4; config\.beam_size\)'):
+    loaded.translate(SENTENCES, n_best=5)
+  with pytest.raises(errors.UserError, match='n_best=0'):
+    loaded.translate(SENTENCES, n_best=0)
+
+
+def readme_example() -> str:
+  text = open(os.path.join(ROOT, 'README.md'), encoding='utf-8').read()
+  section = text[text.index('## Python API'):]
+  return re.search(r'```python\n(.*?)```', section, re.S).group(1)
+
+
+def test_the_readme_example_runs(tiny_workdir, loaded, capsys):
+  code = readme_example()
+  # The demo's English sentences become the synthetic task's; the workdir is the tiny run.
+  swaps = {"'runs/demo'": repr(tiny_workdir), "'A queen cries.'": "'5 6 7'",
+           "'The happy young daughters think of the brother.'": "'11 12'"}
+  for old, new in swaps.items():
+    assert old in code, old
+    code = code.replace(old, new)
+  exec(compile(code, 'README.md', 'exec'), {})
+  printed = capsys.readouterr().out.splitlines()
+  assert printed[0] == repr(loaded.translate(['11 12', '5 6 7']))
+  hypotheses = loaded.translate('5 6 7', beam_size=8, n_best=3)
+  assert printed[1:] == [f'{h.score:8.4f}  {h.text}' for h in hypotheses]
+
+
+class SlowPipe(io.RawIOBase):
+  """A stream whose lines arrive at given times (seconds after the first read), like a pipe."""
+
+  def __init__(self, chunks: list[tuple[float, bytes]]):
+    self.chunks, self.start = list(chunks), None
+
+  def readable(self) -> bool:
+    return True
+
+  def readline(self, size: int = -1) -> bytes:
+    self.start = self.start or time.monotonic()
+    if not self.chunks:
+      return b''
+    at, line = self.chunks.pop(0)
+    time.sleep(max(self.start + at - time.monotonic(), 0))
+    return line
+
+
+def test_stream_batches_follow_arrival_and_size():
+  arrivals = [(0, b'a\n'), (0, b'b\n'), (0, b'c\n'), (1.5, b'd\r\n'), (1.5, b'e')]
+  batches = list(translator.arriving_batches(SlowPipe(arrivals), '<stdin>', max_lines=2,
+                                             wait_s=0.5))
+  assert batches == [['a', 'b'], ['c'], ['d', 'e']]
+
+
+def test_a_bad_stream_line_ends_the_stream_after_the_lines_before_it():
+  batches = translator.arriving_batches(SlowPipe([(0, b'a\n'), (0, b'b \xff\n'), (0, b'c\n')]),
+                                        '<stdin>', max_lines=8, wait_s=0.5)
+  assert next(batches) == ['a']
+  with pytest.raises(errors.UserError, match=r'<stdin>, line 2: invalid UTF-8'):
+    next(batches)
+
+
+def test_format_results_single_and_n_best():
+  assert translator.format_results(['x y', '']) == 'x y\n\n'
+  text = translator.format_results([[Hypothesis('x y', -0.25), Hypothesis('x', -1.5)],
+                                    [Hypothesis('', 0.0)]], first_index=7)
+  assert text == '7 ||| x y ||| -0.250000\n7 ||| x ||| -1.500000\n8 |||  ||| 0.000000\n'
+
+
+def run_main(*args, **popen):
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  return subprocess.Popen([sys.executable, '-m', 't2t_jax.main', *COMMON, *args], cwd=ROOT,
+                          env=env, **popen)
+
+
+def test_streaming_translation_answers_before_the_input_ends(tiny_workdir, loaded):
+  process = run_main(f'--workdir={tiny_workdir}', '--mode=translate', '--input=-',
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  answers = []
+  reader = threading.Thread(target=lambda: answers.append(process.stdout.readline()))
+  try:
+    process.stdin.write(b'5 6 7\n')
+    process.stdin.flush()
+    reader.start()
+    reader.join(timeout=300)  # loading and compiling take a while; the input stays open
+    assert answers, 'no answer to the first line while the input is open'
+    assert process.poll() is None  # still waiting for more input
+    process.stdin.write(b'\n11 12\n')
+    rest, stderr = process.communicate(timeout=300)  # closes stdin: the input ends
+  finally:
+    process.kill()
+  assert process.returncode == 0, stderr.decode()[-3000:]
+  assert (answers[0] + rest).decode().split('\n') == [*loaded.translate(['5 6 7', '', '11 12']),
+                                                      '']
+
+
+def test_n_best_on_the_command_line(tiny_workdir, loaded, tmp_path):
+  (tmp_path / 'in.txt').write_text('5 6 7\n\n11 12\n')
+  args = [f'--workdir={tiny_workdir}', '--mode=translate', f'--input={tmp_path / "in.txt"}']
+  process = run_main(*args, f'--output={tmp_path / "out.txt"}', '--n_best=3',
+                     stderr=subprocess.PIPE)
+  assert process.wait(timeout=600) == 0, process.stderr.read().decode()[-3000:]
+  expected = loaded.translate(['5 6 7', '', '11 12'], n_best=3)
+  lines = (tmp_path / 'out.txt').read_text().splitlines()
+  assert len(lines) == len(expected[0]) + 1 + len(expected[2])
+  parsed = [line.split(' ||| ') for line in lines]
+  assert [(int(i), text) for i, text, _ in parsed] == [
+      (i, h.text) for i, hs in enumerate(expected) for h in hs]
+  assert [float(s) for *_, s in parsed] == pytest.approx(
+      [h.score for hs in expected for h in hs], abs=1e-6)
+  too_many = run_main(*args, '--n_best=5', stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+  assert too_many.wait(timeout=600) != 0
+  assert too_many.stderr.read().decode().strip().splitlines()[-1] == (
+      't2t_jax: error: --n_best=5: must be between 1 and config.beam_size (4)')
+
