@@ -6,6 +6,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= runs/demo
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist): compiling, a large share of the suite, runs on one core, so
+# two processes keep a 2-core machine busy; 0 runs the suite in this process alone.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast lint bench setup setup-test
 
@@ -47,7 +50,7 @@ lint: setup-test
 	$(PY) -m ruff check .
 
 test: setup-test lint
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-fast: setup-test
 	$(PY) -m pytest -q -m 'not slow' $(PYTEST_ARGS)

@@ -321,13 +321,16 @@ def test_dataset_table_covers_every_dataset_and_only_modes():
 
 
 def test_modes_are_main_py_s():
-  """config_lib.MODES is main.py's --mode choices (read from the source: importing main
-  would define its absl flags)."""
+  """main.py's --mode choices are config_lib.MODES itself, the modes `validate` knows (read
+  from the source: importing main would define its absl flags)."""
   with open(os.path.join(ROOT, 't2t_jax', 'main.py'), encoding='utf-8') as f:
     tree = ast.parse(f.read())
-  modes = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+  modes = [ast.unparse(node.value) for node in tree.body if isinstance(node, ast.Assign)
            and any(getattr(t, 'id', None) == 'MODES' for t in node.targets)]
-  assert modes == [config_lib.MODES]
+  assert modes == ['config_lib.MODES']
+  enum = [call for call in ast.walk(tree) if isinstance(call, ast.Call)
+          and ast.unparse(call.func) == 'flags.DEFINE_enum' and call.args[0].value == 'mode']
+  assert len(enum) == 1 and ast.unparse(enum[0].args[2]) == 'MODES'
 
 
 def test_config_lib_imports_no_other_module_of_the_project():
