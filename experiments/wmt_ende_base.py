@@ -79,7 +79,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval_bleu_every_steps = 0  # > 0: also dev BLEU during training (slow)
 
   # ----- Checkpoints and averaging (§5.2, §6.1) -----
-  config.checkpoint_every_minutes = 10.0  # §5.2: "checkpoints, written at 10-minute intervals"
+  config.checkpoint_every_minutes = 10.0  # §6.1: "written at 10-minute intervals"
   config.checkpoint_every_steps = 0  # 0: by time only
   config.keep_checkpoints = 20  # enough to average the last 20 (big)
   config.average_last = 5  # §6.1: base averages the last 5 checkpoints

@@ -1,4 +1,4 @@
-"""Checkpoints through orbax (§5.2: one every 10 minutes) and checkpoint averaging (§6.1).
+"""Checkpoints through orbax (§6.1: "written at 10-minute intervals") and their averaging (§6.1).
 
 A workdir holds
   checkpoints/<step>/params       the model parameters

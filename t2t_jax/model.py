@@ -4,9 +4,11 @@ Einsum letter legend, used throughout this file:
   b = batch, q = query position, k = key position, h = head,
   d = d_k or d_v (per-head size), m = d_model, v = vocabulary.
 
-Choices the paper leaves open (all as in tensor2tensor):
+Choices the paper leaves open (the first and third as in tensor2tensor):
   * the Q/K/V/output projections of attention have no bias; the FFN layers do;
-  * token 0 is padding and doubles as the decoder's start symbol;
+  * token 0 is padding and doubles as the decoder's start symbol: the first decoder input
+    is id 0's (learned) embedding. tensor2tensor differs here: it shifts the embedded
+    targets, so its first decoder input is a zero vector (plus the position's sinusoid);
   * the shared embedding is initialised N(0, d_model^-1), so that after the ×√d_model
     of §3.4 token vectors have unit variance, like the sinusoids they are added to.
 """

@@ -72,3 +72,24 @@ def multi_bleu(hypotheses, references):
 
 def test_tokenized_bleu_is_zero_without_any_four_gram_match():
   assert bleu.tokenized_bleu(['a b c'], ['a b c d e'], 'en') == 0.0
+
+
+FRENCH_HYPOTHESES = ['Le porte-monnaie est dans la voiture.', "C'est un chef-d'œuvre rare."]
+FRENCH_REFERENCES = ['Le porte-monnaie est sur la table.', "C'est un chef-d'œuvre connu."]
+
+
+def test_compounds_are_split_for_german_targets_only():
+  """get_ende_bleu.sh's ##AT## splitting is the EN→DE convention: French targets are scored
+  on Moses tokens alone (each hyphenated word one token), German ones split."""
+  for lang, split in (('fr', False), ('de', True)):
+    hyp = bleu.moses_tokenize(FRENCH_HYPOTHESES, lang)
+    ref = bleu.moses_tokenize(FRENCH_REFERENCES, lang)
+    if split:
+      hyp = [bleu.split_compounds(t) for t in hyp]
+      ref = [bleu.split_compounds(t) for t in ref]
+    assert bleu.tokenized_bleu(FRENCH_HYPOTHESES, FRENCH_REFERENCES, lang) == pytest.approx(
+        multi_bleu(hyp, ref), abs=1e-9)
+  # The splitting's free matches (##AT##-##AT## and the compound's halves) raise the score.
+  assert (bleu.tokenized_bleu(FRENCH_HYPOTHESES, FRENCH_REFERENCES, 'fr') <
+          bleu.tokenized_bleu(FRENCH_HYPOTHESES, FRENCH_REFERENCES, 'de'))
+  assert bleu.SPLIT_COMPOUNDS == ('de',)

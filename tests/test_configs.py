@@ -9,7 +9,15 @@ import sys
 
 import pytest
 
-from experiments import demo, table3, wmt_ende_base, wmt_ende_big, wmt_enfr_big, wmt_sample
+from experiments import (
+    demo,
+    table3,
+    wmt_ende_base,
+    wmt_ende_big,
+    wmt_enfr_base,
+    wmt_enfr_big,
+    wmt_sample,
+)
 from t2t_jax import config_lib, errors, model
 from t2t_jax.model import ModelConfig
 
@@ -66,6 +74,18 @@ def test_big_and_enfr():
   assert enfr.vocab_size == 32000 and (enfr.source_lang, enfr.target_lang) == ('en', 'fr')
   assert enfr.tfds_name == 'wmt14_translate/fr-en'
   assert (enfr.model.d_model, enfr.model.d_ff, enfr.model.num_heads) == (1024, 4096, 16)
+
+
+def test_enfr_base_is_the_base_model_on_the_enfr_data():
+  """Table 2's EN→FR base (38.1): base's model and training, big EN→FR's data and vocabulary."""
+  base, enfr_big, enfr_base = (wmt_ende_base.get_config(), wmt_enfr_big.get_config(),
+                               wmt_enfr_base.get_config())
+  assert enfr_base.model.to_dict() == base.model.to_dict()
+  for key in ('tfds_name', 'source_lang', 'target_lang', 'vocab_size'):
+    assert enfr_base[key] == enfr_big[key], key
+  differing = {key for key in base.keys() if key != 'model' and base[key] != enfr_base[key]}
+  assert differing == {'tfds_name', 'target_lang', 'vocab_size'}
+  assert enfr_base.average_last == 5  # §6.1, base models
 
 
 def test_closed_form_count_is_independent_arithmetic():
@@ -210,7 +230,8 @@ def sample_with_files():
 
 EXPERIMENTS = {
     'wmt_ende_base': wmt_ende_base.get_config, 'wmt_ende_big': wmt_ende_big.get_config,
-    'wmt_enfr_big': wmt_enfr_big.get_config, 'demo': demo.get_config,
+    'wmt_enfr_big': wmt_enfr_big.get_config, 'wmt_enfr_base': wmt_enfr_base.get_config,
+    'demo': demo.get_config,
     'wmt_sample': sample_with_files,
     **{f'table3:{row}': (lambda row=row: table3.get_config(row)) for row in sorted(TABLE3)},
 }
