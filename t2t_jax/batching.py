@@ -315,6 +315,7 @@ class EvalSet:
   num_devices: int = 1
   process_index: int = 0
   process_count: int = 1
+  max_length: int = 0  # > 0: pairs with a longer side are left out of the batches
 
   def batches(self) -> Iterator[Batch]:
     """Process-local batches, shortest first, in few distinct shapes.
@@ -323,7 +324,8 @@ class EvalSet:
     int32 [rows, L], 'index' int32 [rows] (position in sources/references; -1 for padding
     rows). A bucket's full batches all have the budget's rows for L, and its last one a
     power-of-two fraction of them, so evaluation compiles a few times per bucket, not once
-    per batch. Nothing is dropped: a pair too long for the budget gets num_devices rows.
+    per batch. A pair too long for the budget gets num_devices rows; only a side over
+    max_length (if set) leaves a pair out (learned positions: make_eval_set).
     """
     for pairs, rows, length in self._groups():
       local_rows = rows // self.process_count
@@ -342,6 +344,8 @@ class EvalSet:
     grid = bucket_lengths(int(max(src.max(), tgt.max())), self.bucket_growth)
     joint = grid[np.searchsorted(grid, np.maximum(src, tgt))]  # [pairs] L of each pair
     order = np.lexsort((src, joint))
+    if self.max_length:
+      order = order[np.maximum(src, tgt)[order] <= self.max_length]
     for length in np.unique(joint):
       members = order[joint[order] == length]
       full = max(1, self.tokens_per_batch // int(length) // self.num_devices)  # per device
@@ -356,8 +360,16 @@ def make_eval_set(name: str, text: Pairs, tokenizer: Any, config: Any, **topolog
                   ) -> EvalSet:
   """A dev or test set (`text`: its raw sources and references), encoded whole."""
   encoded = id_cache.encode(iter([text]), tokenizer)
-  too_long = (np.maximum(*encoded.lengths) > config.max_length).sum()
+  longest = np.maximum(*encoded.lengths)
   logging.info('%s: %d pairs, %d longer than max_length=%d (kept: eval sets are '
-               'not filtered)', name, len(text[0]), too_long, config.max_length)
+               'not filtered)', name, len(text[0]), (longest > config.max_length).sum(),
+               config.max_length)
+  # Learned positions (Table 3 row E) end at max_len: a longer pair has no loss to compute.
+  # It stays in the text for BLEU, whose inputs are truncated to fit (translator.py).
+  limit = config.model.max_len if config.model.positional == 'learned' else 0
+  if limit and (longest > limit).any():
+    logging.warning('%s: %d pairs have a side longer than config.model.max_len=%d, the '
+                    'learned positions: left out of the loss', name, (longest > limit).sum(),
+                    limit)
   return EvalSet(text[0], text[1], encoded, config.eval_tokens_per_batch,
-                 config.bucket_growth, **topology)
+                 config.bucket_growth, max_length=limit, **topology)

@@ -319,8 +319,14 @@ class InputEmbedding(nn.Module):
     if c.positional == 'sinusoidal':
       pe = sinusoidal_positions(positions, c.d_model)
     else:
+      # Positions 0..max_len-1 only (Table 3 row E). Out-of-range lookups would read NaN
+      # (jnp.take's fill) and, through attention, spread it to every position; a padded
+      # batch can reach past max_len with padding alone (its length is rounded up to a
+      # bucket), so those positions read the last row instead. Real tokens never get
+      # there: training pairs are filtered at config.max_length ≤ max_len, dev-loss pairs at
+      # max_len (batching.make_eval_set), decoding inputs at max_len - decode_extra_length.
       pe = nn.Embed(c.max_len, c.d_model, embedding_init=nn.initializers.normal(0.5 ** 0.5),
-                    name='learned_positions')(positions)
+                    name='learned_positions')(jnp.minimum(positions, c.max_len - 1))
     x = x + pe.astype(x.dtype)
     return nn.Dropout(c.dropout_rate)(x, deterministic=c.deterministic)
 

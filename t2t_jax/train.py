@@ -263,7 +263,9 @@ def _dev_bleu(config: ml_collections.ConfigDict, model_config: ModelConfig, para
   """Beam-search the dev set with the current parameters; sacreBLEU as `dev_bleu`."""
   decoder = translator.make_sharded_decoder(model_config, config, mesh)
   hypotheses = translator.translate(decoder, params, datasets.dev.sources, datasets.tokenizer,
-                                    config, mesh, max_input_length=config.max_decode_input_length)
+                                    config, mesh,
+                                    max_input_length=translator.max_input_length(model_config,
+                                                                                 config))
   scores = bleu.bleu_scores(hypotheses, datasets.dev.references, target_lang=config.target_lang)
   metrics = {'bleu': scores['sacrebleu'], 'tok_bleu': scores['tok_bleu']}
   writer.write(step, metrics, prefix='dev_')

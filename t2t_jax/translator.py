@@ -174,6 +174,15 @@ def one_line(text: str) -> str:
   return _LINE_BREAKS.sub(' ', text)
 
 
+def max_input_length(model_config: ModelConfig, config: ml_collections.ConfigDict) -> int:
+  """Sub-words of an input decoded, EOS included; longer ones are truncated (encode_inputs).
+  Learned positions end at max_len, which must also hold input + extra outputs."""
+  if model_config.positional == 'learned':
+    return min(model_config.max_len - config.decode_extra_length,
+               config.max_decode_input_length)
+  return max(config.max_decode_input_length, 1)
+
+
 def translate(decoder: Decoder, params: Any, sentences: Sequence[str], tokenizer: Any,
               config: ml_collections.ConfigDict, mesh: Mesh, *, max_input_length: int,
               alpha: float | None = None) -> list[str]:
@@ -230,10 +239,7 @@ class Translator:
 
   @property
   def max_input_length(self) -> int:
-    """Learned positions end at max_len, which must also hold input + extra outputs."""
-    if self.model_config.positional == 'learned':
-      return self.model_config.max_len - self.config.decode_extra_length
-    return max(self.config.max_decode_input_length, 1)
+    return max_input_length(self.model_config, self.config)
 
   def decoder(self, beam_size: int | None = None, n_best: int | None = None) -> Decoder:
     """The sharded beam search for this beam size (default config.beam_size) and n-best,

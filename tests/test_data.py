@@ -1,5 +1,6 @@
 """Tests of the §5.1 input pipeline: sources, filtering, buckets, resume, sharding."""
 import collections
+import copy
 import errno
 import hashlib
 import io
@@ -435,6 +436,26 @@ def test_empty_dev_file_fails_before_the_vocabulary(tmp_path):
                      'sentence pair'):
     data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
   assert not (tmp_path / 'workdir' / 'vocab').exists()
+
+
+def test_learned_positions_leave_longer_dev_pairs_out_of_the_loss_only(files_run, caplog):
+  """Table 3 row E: a dev pair with a side past config.model.max_len has no positions; it
+  leaves the loss batches (with a warning counting it) but stays in the text for BLEU."""
+  config, ds, workdir = files_run
+  lengths = np.maximum(*ds.dev.encoded.lengths)
+  limit = int(np.median(lengths))  # about half the pairs are longer
+  config = copy.deepcopy(config)
+  config.model.update(positional='learned', max_len=limit)
+  dev = data.get_datasets(config, workdir, num_devices=1).dev
+  assert dev.sources == ds.dev.sources and dev.references == ds.dev.references
+  seen = np.concatenate([b['index'][b['index'] >= 0] for b in dev.batches()])
+  assert sorted(seen) == [i for i in range(len(lengths)) if lengths[i] <= limit]
+  assert 0 < (lengths > limit).sum() < len(lengths)
+  assert (f'dev: {(lengths > limit).sum()} pairs have a side longer than '
+          f'config.model.max_len={limit}') in caplog.text
+  # Sinusoids extend to any length: nothing left out (test_eval_sets_keep_every_pair...).
+  assert sorted(np.concatenate([b['index'][b['index'] >= 0] for b in ds.dev.batches()])) == list(
+      range(len(lengths)))
 
 
 @pytest.mark.parametrize('train_files', ['', 'nowhere/train'])

@@ -111,6 +111,21 @@ def test_appended_padding_changes_no_real_logit():
     np.testing.assert_allclose(new[:, :6], logits, rtol=1e-5, atol=1e-5)
 
 
+def test_learned_positions_past_max_len_are_padding_and_never_nan():
+  """Table 3 row E: a batch padded past max_len (its bucket rounds up) gives finite logits,
+  and the real positions' logits are those of the batch padded only to max_len."""
+  c = TINY.replace(positional='learned', max_len=6)
+  rng = np.random.default_rng(4)
+  src = rng.integers(3, c.vocab_size, (2, 6))
+  tgt = rng.integers(3, c.vocab_size, (2, 6))
+  params = _init(c, src, tgt)
+  logits = Transformer(c).apply({'params': params}, src, tgt)
+  padded = Transformer(c).apply({'params': params}, np.pad(src, ((0, 0), (0, 3))),
+                                np.pad(tgt, ((0, 0), (0, 2))))
+  assert np.isfinite(np.asarray(padded)).all()
+  np.testing.assert_allclose(padded[:, :6], logits, rtol=1e-5, atol=1e-5)
+
+
 def test_embedding_is_shared_and_scaled():
   """Source and target embeddings and the pre-softmax map are one matrix, §3.4."""
   c = TINY

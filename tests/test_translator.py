@@ -16,7 +16,7 @@ import pytest
 
 from t2t_jax import Hypothesis, Translator, errors, translator
 from t2t_jax.decode import length_penalty
-from t2t_jax.model import Transformer
+from t2t_jax.model import ModelConfig, Transformer
 from test_evaluate import COMMON, ROOT, tiny_config
 
 SENTENCES = ['5 6 7', '', '9 9 9 9 9 9 9 9', '3', '11 12']
@@ -195,3 +195,15 @@ def test_n_best_on_the_command_line(tiny_workdir, loaded, tmp_path):
   assert too_many.stderr.read().decode().strip().splitlines()[-1] == (
       't2t_jax: error: --n_best=5: must be between 1 and config.beam_size (4)')
 
+
+
+def test_the_input_limit_keeps_learned_positions_in_range():
+  """Input (EOS included) + decode_extra_length outputs must fit a learned table of max_len:
+  eval, translate and dev BLEU during training truncate inputs to this one limit."""
+  config = tiny_config()
+  config.max_decode_input_length, config.decode_extra_length = 30, 5
+  model_config = ModelConfig.from_config(config)
+  assert translator.max_input_length(model_config, config) == 30  # sinusoids: any length
+  learned = model_config.replace(positional='learned', max_len=20)
+  assert translator.max_input_length(learned, config) == 15
+  assert translator.max_input_length(learned.replace(max_len=64), config) == 30
