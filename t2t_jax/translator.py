@@ -19,6 +19,7 @@ translation is the empty line, with score 0.0.
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import re
 import sys
@@ -400,7 +401,7 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
                            f'({config.beam_size})')
   translator = Translator(config, workdir, mode='translate')
   if input_path == '-' and jax.process_count() == 1:
-    with _output(output_path) as out:
+    with stream_output(output_path) as out:
       count = stream(translator, sys.stdin.buffer, out, n_best=n_best, max_lines=stream_lines,
                      wait_s=stream_wait_s)
     logging.info('Translated %d lines of <stdin>.', count)
@@ -416,12 +417,20 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
 
 
 @contextlib.contextmanager
-def _output(path: str | None) -> Iterator[BinaryIO]:
-  """A stream's output: the file `path`, written as it goes (what was translated stays if
-  the input then fails), or stdout's bytes (UTF-8 whatever the locale's encoding)."""
+def stream_output(path: str | None) -> Iterator[BinaryIO]:
+  """A stream's output: stdout's bytes (UTF-8 whatever the locale's encoding), or for a file
+  `path`, PATH.partial written as it goes and renamed to `path` when the input ends. A run
+  that fails never replaces an earlier `path`; what it translated stays in PATH.partial."""
   if path is None:
     sys.stdout.flush()
     yield sys.stdout.buffer
     return
-  with open(path, 'wb') as f:
-    yield f
+  partial = f'{path}.partial'
+  with open(partial, 'wb') as f:
+    try:
+      yield f
+    except BaseException:
+      logging.error('%s holds the translations written before the error; %s is unchanged.',
+                    partial, path)
+      raise
+  os.replace(partial, path)

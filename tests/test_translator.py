@@ -207,3 +207,16 @@ def test_the_input_limit_keeps_learned_positions_in_range():
   learned = model_config.replace(positional='learned', max_len=20)
   assert translator.max_input_length(learned, config) == 15
   assert translator.max_input_length(learned.replace(max_len=64), config) == 30
+
+
+def test_a_failed_stream_never_replaces_an_earlier_output_file(tmp_path):
+  path = tmp_path / 'out.txt'
+  path.write_text('an earlier result\n')
+  with pytest.raises(errors.UserError), translator.stream_output(str(path)) as out:
+    out.write(b'first translation\n')
+    raise errors.UserError('<stdin>, line 2: invalid UTF-8')
+  assert path.read_text() == 'an earlier result\n'
+  assert (tmp_path / 'out.txt.partial').read_text() == 'first translation\n'
+  with translator.stream_output(str(path)) as out:
+    out.write(b'complete\n')
+  assert path.read_text() == 'complete\n' and not (tmp_path / 'out.txt.partial').exists()
