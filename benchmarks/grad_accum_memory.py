@@ -35,9 +35,10 @@ CONFIGS = {'base': wmt_ende_base, 'big': wmt_ende_big, 'demo': demo}
 MIB = 2 ** 20
 
 
-def step_memory(config_name: str, rows: int, length: int, k: int) -> dict:
+def step_memory(config_name: str, rows: int, length: int, k: int, dtype: str = 'auto') -> dict:
   """memory_analysis() of the compiled train step for a [rows, length] + [rows, length] batch."""
   config = CONFIGS[config_name].get_config()
+  config.model.dtype = dtype
   model_config = ModelConfig.from_config(config)
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
   tx = optim.make_optimizer(config)
@@ -63,9 +64,12 @@ def main() -> None:
   parser.add_argument('--rows', type=int, default=392)
   parser.add_argument('--length', type=int, default=64)
   parser.add_argument('--k', default='1,2,4', help='grad_accum_steps values, comma-separated')
+  parser.add_argument('--dtype', default='auto', help="compute dtype (config.model.dtype): "
+                      "'auto' (float32 on a CPU), 'bfloat16' (the Colab config's)")
   args = parser.parse_args()
   for k in (int(x) for x in args.k.split(',')):
-    print(json.dumps(step_memory(args.config, args.rows, args.length, k)), flush=True)
+    print(json.dumps(step_memory(args.config, args.rows, args.length, k, args.dtype)),
+          flush=True)
 
 
 if __name__ == '__main__':

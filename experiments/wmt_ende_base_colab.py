@@ -25,18 +25,18 @@ def get_config() -> ml_collections.ConfigDict:
   # --config.model.dtype=float32 restores it. (Nor has a T4 bfloat16 matrix units: there it
   # saves memory, not time.)
   config.model.dtype = 'bfloat16'
-  # §5.1's batch is kept: tokens_per_batch stays 25000, the global batch of one update
-  # whatever the devices (batching.py), and the base config's batches are the same ones.
-  # One device takes it in 8 micro-batches, one after another, summing their gradients
-  # (train_step.py): the same update as the paper's 8 GPUs (§5.2) each taking ~3125 tokens.
-  # Memory of one train step, worst bucket (104 rows of 256 + 256 tokens: 97 real rows
-  # padded to a multiple of 8, so 13 rows a micro-batch), base model, bfloat16, from XLA's
-  # compiled memory_analysis() on the CPU (benchmarks/grad_accum_memory.py's method; an
-  # estimate, not measured on a TPU or GPU): temp 5.4 GiB + arguments 0.7 GiB (params and
-  # Adam moments; the outputs reuse them) = 6.1 GiB (5.2 GiB for 392 rows of 64 + 64). With
-  # 4 micro-batches it is 10.5 GiB, too close to the ~11 GiB that JAX takes of a T4 (75% of
-  # its 15 GiB); with 2, 19.2 GiB; with 1, 36.1 GiB. Smaller micro-batches cost some speed:
-  # on a device with more memory --config.grad_accum_steps=4 (or 1) is the same update.
+  # §5.1's batch is kept: tokens_per_batch stays 27000 (~25000 real tokens a side), the
+  # global batch of one update whatever the devices (batching.py), and the base config's
+  # batches are the same ones. One device takes it in 8 micro-batches, one after another,
+  # summing their gradients (train_step.py): the same update as the paper's 8 GPUs (§5.2)
+  # each taking ~3125 tokens. Memory of one train step, worst bucket (112 rows of 256 + 256
+  # tokens: 105 real rows padded to a multiple of 8, so 14 rows a micro-batch), base model,
+  # bfloat16, from XLA's compiled memory_analysis() on the CPU (benchmarks/grad_accum_memory.py
+  # --rows=112 --length=256 --dtype=bfloat16; an estimate, not measured on a TPU or GPU):
+  # temp 5.8 GiB + arguments 0.7 GiB (params and Adam moments; the outputs reuse them) =
+  # 6.5 GiB. With 4 micro-batches it is 11.6 GiB, over the ~11 GiB that JAX takes of a T4
+  # (75% of its 15 GiB); with 2, 21.7 GiB; with 1, 41.5 GiB. Smaller micro-batches cost some
+  # speed: on a device with more memory --config.grad_accum_steps=4 (or 1) is the same update.
   config.grad_accum_steps = 8
   # A free Google Drive has 15 GB. One checkpoint is params + 2 Adam moments in float32:
   # 63,045,632 parameters × 12 bytes = 0.76 GB (orbax writes 0.67 GB: README, measured).
@@ -46,4 +46,9 @@ def get_config() -> ml_collections.ConfigDict:
   # 4.8 GB, which leaves room for data_cache/ (≤ 0.8 GB) and tfds' WMT14 (~3 GB) on Drive.
   config.keep_checkpoints = 5
   config.average_last = 5  # §6.1, as base: ≤ keep_checkpoints
+  # A Colab runtime can vanish without a signal, and 1500 steps of 8 micro-batches take
+  # hours on one device: time-based saves too, so a lost runtime costs at most 10 minutes.
+  # The last 5 checkpoints averaged are then the newest 5 saves of either kind, not §6.1's
+  # 6000 steps: pass --config.checkpoint_every_minutes=0 for those.
+  config.checkpoint_every_minutes = 10.0
   return config

@@ -20,10 +20,13 @@ it replays exactly the batches an uninterrupted run would have produced.
 Choices the paper leaves open:
   * padded lengths are multiples of 4 growing ~10% a step (`bucket_growth`);
     a batch of cell (S, T) has the most rows with rows*S and rows*T both within
-    `tokens_per_batch`, whatever the number of devices or processes: the batches
-    (which pairs, in which order) are the same on any topology, so a run resumes
-    on another one. Padding rows (all PAD: weight 0 in the loss) then make a
-    batch's rows divisible by the devices (times `grad_accum_steps`);
+    `tokens_per_batch`: the key caps padded slots, what memory and the compiled shapes
+    depend on (§5.1's ~25000 tokens a side are real ones: the configs set 27000 slots,
+    of which ~92.6% hold a token with the base buckets), whatever the number of
+    devices or processes: the batches (which pairs, in which order) are the same on
+    any topology, so a run resumes on another one. Padding rows (all PAD: weight 0
+    in the loss) then make a batch's rows divisible by the devices (times
+    `grad_accum_steps`);
   * the shorter side of a pair is padded up to within `bucket_band` buckets of
     the longer one: fewer distinct shapes (compilations) for a little padding.
     `bucket_band=0` pads both sides to the longer one, as tensor2tensor did;

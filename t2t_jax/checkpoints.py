@@ -278,6 +278,17 @@ def checkpoint_steps(workdir: str, subdir: str = CHECKPOINTS) -> list[int]:
   return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
 
 
+def read_data_state(workdir: str, step: int) -> dict:
+  """checkpoints/<step>/data: the input pipeline's position, and what train.py records beside
+  it (the seconds trained)."""
+  path = os.path.join(os.path.abspath(workdir), CHECKPOINTS, str(step), 'data')
+  checkpointer = ocp.Checkpointer(ocp.JsonCheckpointHandler())
+  try:
+    return dict(retry(lambda: checkpointer.restore(path), f'{path}') or {})
+  finally:
+    checkpointer.close()
+
+
 def _restore_params(directory: str, step: int) -> Any:
   """directory/<step>/params, replicated on every device, whatever topology saved it."""
   path = os.path.join(os.path.abspath(directory), str(step), 'params')

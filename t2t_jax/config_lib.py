@@ -35,8 +35,9 @@ import ml_collections
 
 from t2t_jax import errors
 
-# main.py's --mode choices; only 'train' and 'eval' read config.dataset's text.
-MODES = ('train', 'params', 'average', 'translate', 'eval', 'attention', 'export')
+# main.py's --mode choices; only 'train' and 'eval' read config.dataset's text ('study' does
+# both, for each Table 3 row).
+MODES = ('train', 'params', 'average', 'translate', 'eval', 'attention', 'export', 'study')
 DATASETS = ('tfds', 'files', 'demo', 'synthetic')
 EVAL_SPLITS = ('dev', 'test')
 DECODE_PARAMS = ('auto', 'averaged', 'checkpoint')
@@ -233,7 +234,8 @@ def validate(config: ml_collections.ConfigDict, mode: str = 'train') -> None:
     _check_value(key, config[key], rule)
   check_model_keys_known(config.model.keys())
   _check_model_values(config.model, MODEL_RULES)
-  _check_dataset_keys(config, mode)
+  for reads in (('train', 'eval') if mode == 'study' else (mode,)):
+    _check_dataset_keys(config, reads)
   _check_across_keys(config)
 
 
@@ -489,6 +491,13 @@ def load_sibling(config_file: str, name: str) -> types.ModuleType:
   """
   folder = os.path.dirname(os.path.abspath(config_file))
   return _load_module(os.path.join(folder, f'{name}.py'), f't2t_jax_config_{name}')
+
+
+def load_config_module(file: str) -> types.ModuleType:
+  """A config file (experiments/table3.py) as a module, for what it defines beside
+  get_config (the study's rows and the paper's values)."""
+  name = os.path.splitext(os.path.basename(file))[0]
+  return _load_module(file, f't2t_jax_config_{name}')
 
 
 def _load_module(file: str, module_name: str) -> types.ModuleType:

@@ -77,7 +77,8 @@ class _Kind:
   """How one config.dataset gives its parts (see the table in the module docstring)."""
   datasets: Callable[[Any, str, dict[str, int], Once], Datasets]
   vocabulary: Callable[[Any, str], Vocabulary]  # for decoding: never trains one
-  eval_set: Callable[[Any, str, str, Vocabulary], EvalSplit]  # (config, workdir, split, vocab)
+  # (config, workdir, split, vocabulary, topology: num_devices, process_index, process_count)
+  eval_set: Callable[[Any, str, str, Vocabulary, dict[str, int]], EvalSplit]
 
 
 def _at_once(name: str, make: Callable[[], Any]) -> Any:
@@ -113,11 +114,15 @@ def load_tokenizer(config: Any, workdir: str) -> Vocabulary:
 
 
 def load_eval_set(config: Any, workdir: str, split: str, *, tokenizer: Vocabulary,
+                  num_devices: int = 1, process_index: int = 0, process_count: int = 1,
                   ) -> EvalSplit:
-  """Split 'dev' or 'test' alone, for --mode=eval: never reads or prepares training data."""
+  """Split 'dev' or 'test' alone, for --mode=eval: never reads or prepares training data.
+  Its batches (for the loss) are process-local rows of global batches over num_devices."""
   if split not in ('dev', 'test'):
     raise errors.UserError(f"config.eval_split={split!r}: choose 'dev' or 'test'")
-  return _kind(config).eval_set(config, workdir, split, tokenizer)
+  topology = dict(num_devices=num_devices, process_index=process_index,
+                  process_count=process_count)
+  return _kind(config).eval_set(config, workdir, split, tokenizer, topology)
 
 
 def _kind(config: Any) -> _Kind:
@@ -171,13 +176,14 @@ def _trained_vocabulary(config: Any, workdir: str) -> tokenizer_lib.Tokenizer:
 
 
 def _text_eval_set(config: Any, workdir: str, split: str, vocabulary: Vocabulary,
-                   ) -> batching.EvalSet:
+                   topology: dict[str, int]) -> batching.EvalSet:
   # Only this split: eval needs neither the training files nor a prepared train split.
   source = sources.make_sources(config, (split,), prepare=False)[split]
   if source is None:
     key = f'{split}_split' if config.dataset == 'tfds' else f'{split}_files'
     raise errors.UserError(f'config.{key}: empty, so there is no {split} set to evaluate')
-  return batching.make_eval_set(split, sources.read_eval_text(source), vocabulary, config)
+  return batching.make_eval_set(split, sources.read_eval_text(source), vocabulary, config,
+                                **topology)
 
 
 # ---------------------------------------------------- demo: generated files
@@ -204,8 +210,8 @@ def _demo_datasets(config: Any, workdir: str, topology: dict[str, int], once: On
 
 
 def _demo_eval_set(config: Any, workdir: str, split: str, vocabulary: Vocabulary,
-                   ) -> batching.EvalSet:
-  return _text_eval_set(resolve_demo(config, workdir), workdir, split, vocabulary)
+                   topology: dict[str, int]) -> batching.EvalSet:
+  return _text_eval_set(resolve_demo(config, workdir), workdir, split, vocabulary, topology)
 
 
 # ------------------------------------------------ synthetic: no text at all
@@ -224,8 +230,8 @@ def _synthetic_vocabulary(config: Any, workdir: str) -> synthetic.IdTokenizer:
 
 
 def _synthetic_eval_set(config: Any, workdir: str, split: str, vocabulary: Vocabulary,
-                        ) -> synthetic.SyntheticEvalSet:
-  return synthetic.eval_set(config, num_devices=1)  # dev and test are the same held-out set
+                        topology: dict[str, int]) -> synthetic.SyntheticEvalSet:
+  return synthetic.eval_set(config, **topology)  # dev and test are the same held-out set
 
 
 _TEXT = _Kind(_text_datasets, _trained_vocabulary, _text_eval_set)

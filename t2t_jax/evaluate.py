@@ -1,5 +1,6 @@
 """BLEU of a trained run (§6.1): `--mode=eval` translates a split (translator.py) and scores it
-(bleu.py), into eval/<what was evaluated>/."""
+(bleu.py), into eval/<what was evaluated>/, beside the split's per-word-piece perplexity
+(Table 3's PPL, §6.2) from the same parameters."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import ml_collections
 from absl import logging
 
 from t2t_jax import bleu, data, files
+from t2t_jax.train_step import compile_eval_step, eval_metrics
 from t2t_jax.translator import Translator, one_line
 
 EVAL = 'eval'
@@ -28,12 +30,20 @@ def eval_name(split: str, translator: Translator, config: ml_collections.ConfigD
 
 def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """--mode=eval: translate config.eval_split, write eval/<eval_name>/{hypotheses,
-  references,scores}; scores.json is written last, so its presence means complete."""
+  references,scores}; scores.json is written last, so its presence means complete.
+
+  scores.json also holds the split's loss (label-smoothed), nll, perplexity (of the nll,
+  per word-piece) and accuracy, teacher-forced with the same parameters.
+  """
   translator = Translator(config, workdir, mode='eval')
   evalset = data.load_eval_set(config, workdir, config.eval_split,
-                               tokenizer=translator.tokenizer)
+                               tokenizer=translator.tokenizer, num_devices=translator.mesh.size,
+                               process_index=jax.process_index(),
+                               process_count=jax.process_count())
   hypotheses = translator(evalset.sources)
   scores = bleu.bleu_scores(hypotheses, evalset.references, target_lang=config.target_lang)
+  eval_fn = compile_eval_step(translator.model_config, config.label_smoothing, translator.mesh)
+  scores.update(eval_metrics(eval_fn, translator.params, evalset.batches(), translator.mesh))
   scores.update(split=config.eval_split, params=translator.source, step=translator.step,
                 sentences=len(hypotheses), beam_size=config.beam_size,
                 beam_alpha=config.beam_alpha, decode_extra_length=config.decode_extra_length)

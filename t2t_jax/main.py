@@ -21,6 +21,7 @@ from t2t_jax import (
   errors,
   evaluate,
   export,
+  study,
   train,
   translator,
   xla,
@@ -53,6 +54,8 @@ flags.DEFINE_integer('stream_lines', 16, 'translate --input=-: the most lines de
 flags.DEFINE_float('stream_wait', 0.1, 'translate --input=-: seconds a batch waits for more '
                    'lines after its first one arrives.', lower_bound=0)
 flags.DEFINE_list('layers', None, 'attention: the layers to plot, e.g. 0,5 (default: all).')
+flags.DEFINE_list('rows', None, 'study: the rows of the study file (experiments/table3.py) to '
+                  'train and evaluate, e.g. A_h1,A_h4,B_dk16 (default: every row).')
 flags.DEFINE_bool('traceback', False, 'Show the full traceback of an error.')
 FLAGS = flags.FLAGS
 # Modes that use a trained run: without --config they read the config it recorded.
@@ -94,6 +97,8 @@ def main(argv: list[str]) -> None:
 def _dispatch() -> None:
   if FLAGS.distributed:  # before anything starts a JAX backend (dtype 'auto' may)
     distributed.initialize(heartbeat_timeout_s=FLAGS.distributed_timeout)
+  if FLAGS.rows is not None and FLAGS.mode != 'study':
+    raise errors.UserError(f'--rows: only --mode=study has rows, not --mode={FLAGS.mode}')
   config = _config()
   config_lib.validate(config, FLAGS.mode)  # every mode: a bad value fails before work
   if FLAGS.mode == 'params':
@@ -130,8 +135,22 @@ def _dispatch() -> None:
                                layers=FLAGS.layers)
     print('\n'.join(paths))
     return
+  if FLAGS.mode == 'study':
+    _study()
+    return
   logging.info('Config:\n%s', config)
   train.train_and_evaluate(config, FLAGS.workdir)
+
+
+def _study() -> None:
+  """--mode=study: the --config file's rows (--rows), each with every --config.* override."""
+  study_file, colon, row = config_flags.get_config_filename(FLAGS['config']).partition(':')
+  if colon:
+    raise errors.UserError(f'--config={study_file}:{row}: --mode=study takes its rows from '
+                           f'--rows (--config={study_file} --rows={row})')
+  study.run_study(study_file, FLAGS.rows, config_flags.get_override_values(FLAGS['config']),
+                  FLAGS.workdir)
+  print(f'wrote {FLAGS.workdir}/{study.TABLE_MD}, {study.TABLE_JSON} and {study.TABLE_PNG}')
 
 
 def _config() -> ml_collections.ConfigDict:

@@ -136,21 +136,26 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
   checkpointer = checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints,
                                           every_steps=config.checkpoint_every_steps,
                                           every_minutes=config.checkpoint_every_minutes)
-  state = _restore(config, model_config, workdir, checkpointer, state, datasets.train)
+  state, trained_s = _restore(config, model_config, workdir, checkpointer, state,
+                              datasets.train)
   workdir_lib.record_invocation(workdir, int(state.step))
   train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh,
                                     grad_accum_steps=config.grad_accum_steps)
   writer, lr_fn = MetricWriter(workdir), optim.learning_rate_schedule(config)
   step, last = int(state.step), config.num_train_steps
   throughput, pending, summary = Throughput(step, last), [], {}
-  deadline = _deadline(config.train_minutes)
+  clock = TrainingClock(config.train_minutes, trained_s)
+  if clock.spent() and step < last:  # a resumed run whose time budget was already spent
+    logging.info('config.train_minutes=%g already spent (%.1f minutes trained) at step %d.',
+                 config.train_minutes, trained_s / 60, step)
+    last = step
   logging.info('Training steps %d..%d on %d devices.', step + 1, last, mesh.size)
   signum = None
   with StopSignals() as stop:
     while step < last and signum is None:
       state, metrics = train_fn(state, shard_batch(next(datasets.train), mesh))
       step += 1
-      signum, out_of_time, save_due = _agree_on_step(stop, deadline, checkpointer, step)
+      signum, out_of_time, save_due = _agree_on_step(stop, clock, checkpointer, step)
       if out_of_time:  # the time budget is spent: log, evaluate and save
         last = step  # this step as the last one
         logging.info('config.train_minutes=%g reached at step %d.', config.train_minutes, step)
@@ -168,7 +173,7 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
         summary.update(_dev_bleu(config, model_config, state.params, datasets, mesh, writer, step))
       if save_due or step == last or signum is not None:
         _check_finite(pending, step, checkpointer)
-        checkpointer.save(state, datasets.train.get_state())
+        checkpointer.save(state, {**datasets.train.get_state(), TRAIN_SECONDS: clock.seconds()})
   checkpointer.close()
   writer.close()
   _log_summary(summary, step, config.num_train_steps, checkpointer, signum)
@@ -192,27 +197,47 @@ def _load_data(config: ml_collections.ConfigDict, workdir: str, mesh: Mesh) -> d
   return datasets
 
 
-def _agree_on_step(stop: StopSignals, deadline: float, checkpointer: checkpoints.Checkpointer,
-                   step: int) -> tuple[int | None, bool, bool]:
+def _agree_on_step(stop: StopSignals, clock: TrainingClock,
+                   checkpointer: checkpoints.Checkpointer, step: int,
+                   ) -> tuple[int | None, bool, bool]:
   """(signal to stop on, time budget spent, periodic save due) after `step`, the same on
   every host: a signal or clock that reaches one host at step s stops all of them at s,
   so no host saves while another waits in the next step's psum. One small collective a
   step in a multi-process run; nothing in a single process."""
-  local = np.array([stop.requested or 0, time.monotonic() >= deadline,
+  local = np.array([stop.requested or 0, clock.spent(),
                     checkpointer.is_due(step)], np.int64)
   signum, out_of_time, save_due = (int(x) for x in distributed.agree(local))
   return signum or None, bool(out_of_time), bool(save_due)
 
 
-def _deadline(minutes: float) -> float:
-  """time.monotonic() at which a run with a budget of `minutes` (0: none) stops."""
-  return time.monotonic() + 60 * minutes if minutes > 0 else math.inf
+# The data/ item of a checkpoint also records the seconds trained up to it.
+TRAIN_SECONDS = 'train_seconds'
+
+
+class TrainingClock:
+  """config.train_minutes counted over the whole run, not per invocation: a run resumed
+  after a crash or preemption trains for what is left of its budget, as num_train_steps
+  counts steps. The time is the training loop's (compiling the step included); the gaps
+  between invocations do not count."""
+
+  def __init__(self, minutes: float, trained_s: float):
+    self._budget_s = 60 * minutes if minutes > 0 else math.inf
+    self._trained_s = trained_s
+    self._start = time.monotonic()
+
+  def seconds(self) -> float:
+    """Seconds trained so far, over every invocation."""
+    return self._trained_s + time.monotonic() - self._start
+
+  def spent(self) -> bool:
+    return self.seconds() >= self._budget_s
 
 
 def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir: str,
              checkpointer: checkpoints.Checkpointer, state: TrainState, train_iter: Any,
-             ) -> TrainState:
-  """The newest checkpoint (or config.restore_step's), else the fresh state of a new run.
+             ) -> tuple[TrainState, float]:
+  """The newest checkpoint (or config.restore_step's) and the seconds trained up to it, else
+  the fresh state of a new run and 0.
 
   Never a silent fresh start: a checkpoint of another model is an error naming the
   parameter and the config keys behind it, and unreadable ones are an error unless an
@@ -233,8 +258,10 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
   if restored is None or workdir_lib.load_config(workdir) is None:
     workdir_lib.save_config(workdir, config)
   if restored is None:
-    return state
+    return state, 0.0
   state, data_state = restored
+  # A checkpoint of an older t2t_jax has no time recorded: its time budget starts afresh.
+  trained_s = float(data_state.pop(TRAIN_SECONDS, 0.0))
   train_iter.set_state(data_state)
   step = int(state.step)
   newer = [s for s in checkpointer.steps() if s > step]
@@ -245,8 +272,8 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
                            [f'{checkpoints.AVERAGED}/{s}' for s in averaged_newer],
                            f'config.restore_step={step}')
     checkpointer.reload()
-  logging.info('Resuming at step %d.', step)
-  return state
+  logging.info('Resuming at step %d (%.1f minutes trained).', step, trained_s / 60)
+  return state, trained_s
 
 
 def _evaluate_dev(eval_fn: Callable, params: Any, dev: Any, mesh: Mesh, writer: MetricWriter,

@@ -142,15 +142,21 @@ def compile_steps(model_config: ModelConfig, tx: optax.GradientTransformation,
   micro-batches; batches then need rows divisible by mesh.size × k.
   """
   train_model = Transformer(model_config)
-  eval_model = Transformer(model_config.replace(deterministic=True))
   train = jax.shard_map(
       functools.partial(train_step, model=train_model, tx=tx, label_smoothing=label_smoothing,
                         grad_accum_steps=grad_accum_steps),
       mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
+  return jax.jit(train, donate_argnums=0), compile_eval_step(model_config, label_smoothing, mesh)
+
+
+def compile_eval_step(model_config: ModelConfig, label_smoothing: float, mesh: Mesh,
+                      ) -> Callable:
+  """The eval step alone (for --mode=eval's loss), as compile_steps makes it."""
+  eval_model = Transformer(model_config.replace(deterministic=True))
   evaluate = jax.shard_map(
       functools.partial(eval_step, model=eval_model, label_smoothing=label_smoothing),
       mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=P())
-  return jax.jit(train, donate_argnums=0), jax.jit(evaluate)
+  return jax.jit(evaluate)
 
 
 def summarize(sums: dict[str, float]) -> dict[str, float]:

@@ -51,8 +51,8 @@ ORDER = [
     # decoding and BLEU (§6.1)
     't2t_jax.decode', 't2t_jax.translator', 't2t_jax.bleu', 't2t_jax.evaluate',
     't2t_jax.attention_maps', 't2t_jax.export',
-    # the loop that drives them all, and the command line
-    't2t_jax.train', 't2t_jax.main',
+    # the loop that drives them all, Table 3's study of many runs (§6.2), the command line
+    't2t_jax.train', 't2t_jax.study', 't2t_jax.main',
     # the package __init__: every submodule import runs it, so it imports nothing of the project
     't2t_jax',
 ]

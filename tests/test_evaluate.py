@@ -94,6 +94,12 @@ def test_translate_and_eval_modes(workdir, tmp_path):
   assert scores['tok_bleu'] == pytest.approx(expected['tok_bleu'])
   assert scores['sacrebleu_signature'].startswith('nrefs:1|case:mixed')
   assert scores['params'] == 'checkpoints/6'
+  # The split's perplexity per piece, from the scored parameters (2 devices here): what the
+  # training loop measured on the same held-out set at step 6 (8 devices, its own batches).
+  records = [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
+  dev = [r for r in records if r.get('step') == 6 and 'dev_perplexity' in r][-1]
+  assert scores['perplexity'] == pytest.approx(dev['dev_perplexity'], rel=1e-5)
+  assert scores['loss'] == pytest.approx(dev['dev_loss'], rel=1e-5)
 
 
 def test_translate_prefers_the_averaged_checkpoint(workdir):

@@ -286,6 +286,29 @@ def test_time_budget_ends_the_run_like_its_last_step(tmp_path):
   assert checkpoints.Checkpointer(str(tmp_path), keep=5).latest_step() == 1
 
 
+def test_time_budget_counts_over_resumes(tmp_path):
+  """config.train_minutes is the run's, as num_train_steps is, not each invocation's: every
+  checkpoint records the seconds trained, and a resumed run trains for what is left."""
+  from t2t_jax import checkpoints, train
+  config = tiny_config()
+  config.update(num_train_steps=3, checkpoint_every_steps=1, checkpoint_every_minutes=0.0,
+                log_every_steps=1, eval_every_steps=100, compilation_cache_dir='')
+  workdir = str(tmp_path)
+  train.train_and_evaluate(config, workdir)
+  seconds = [checkpoints.read_data_state(workdir, step)[train.TRAIN_SECONDS]
+             for step in (1, 2, 3)]
+  assert 0 < seconds[0] < seconds[1] < seconds[2]
+  # A budget those 3 steps already spent: the resumed run trains no further step.
+  config.update(num_train_steps=10, train_minutes=seconds[2] / 60 / 2)
+  train.train_and_evaluate(config, workdir)
+  assert checkpoints.checkpoint_steps(workdir)[-1] == 3
+  # Time left: it trains on, and the seconds keep adding up from where they were.
+  config.update(num_train_steps=5, train_minutes=100.0)
+  train.train_and_evaluate(config, workdir)
+  assert checkpoints.checkpoint_steps(workdir)[-1] == 5
+  assert checkpoints.read_data_state(workdir, 5)[train.TRAIN_SECONDS] > seconds[2]
+
+
 def test_auto_dtype_and_bfloat16_keeps_float32_state():
   """dtype 'auto': float32 on the CPU (these tests), bfloat16 on GPU/TPU. In bfloat16 the
   parameters and Adam moments stay float32, and the loss is float32's within bf16's
