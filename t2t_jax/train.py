@@ -145,7 +145,7 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
   step, last = int(state.step), config.num_train_steps
   throughput, pending, summary = Throughput(step, last), [], {}
   clock = TrainingClock(config.train_minutes, trained_s)
-  if clock.spent() and step < last:  # a resumed run whose time budget was already spent
+  if clock.spent_before() and step < last:  # a resumed run whose budget was already spent
     logging.info('config.train_minutes=%g already spent (%.1f minutes trained) at step %d.',
                  config.train_minutes, trained_s / 60, step)
     last = step
@@ -231,6 +231,10 @@ class TrainingClock:
 
   def spent(self) -> bool:
     return self.seconds() >= self._budget_s
+
+  def spent_before(self) -> bool:
+    """Spent by earlier invocations: read from the checkpoint, so the same on every host."""
+    return self._trained_s >= self._budget_s
 
 
 def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir: str,
