@@ -51,6 +51,10 @@ COLUMNS = (('N', 'N'), ('d_model', 'd_model'), ('d_ff', 'd_ff'), ('h', 'h'), ('d
 # Keys a row may vary (Table 3's columns and row E's positions): an override of one of them
 # would make the row another row, so it is refused where the row sets it.
 ROW_KEYS_PREFIXES = ('model.', 'label_smoothing')
+# Keys that change how a row is computed, not its numbers: a finished row whose config differs
+# only in these is not run again (a smaller decoding batch for a host with less memory).
+HOW_NOT_WHAT = ('decode_tokens_per_batch', 'eval_tokens_per_batch', 'compilation_cache_dir',
+                'log_every_steps')
 # What the vocabulary is trained from: rows that agree on these share it.
 VOCABULARY_KEYS = ('dataset', 'tfds_name', 'tfds_data_dir', 'train_split', 'train_files',
                    'source_lang', 'target_lang', 'vocab_size', 'vocab_sample_sentences',
@@ -135,7 +139,7 @@ def run_row(row: str, config: ml_collections.ConfigDict, row_dir: str, study_dir
   """One row: trained (resuming), evaluated on dev without averaging, recorded."""
   settings = workdir_lib.config_dict(config)
   record = _read_json(os.path.join(row_dir, ROW_RECORD))
-  if record is not None and record.get('config') == settings:
+  if record is not None and _what(record.get('config', {})) == _what(settings):
     logging.info('Row %s: finished before (%s); not trained or evaluated again.', row,
                  os.path.join(row_dir, ROW_RECORD))
     return record['measured']
@@ -150,6 +154,11 @@ def run_row(row: str, config: ml_collections.ConfigDict, row_dir: str, study_dir
     text = json.dumps({'row': row, 'config': settings, 'measured': measured}, indent=2)
     files.write_text(os.path.join(row_dir, ROW_RECORD), text + '\n')
   return measured
+
+
+def _what(settings: Mapping[str, Any]) -> dict[str, Any]:
+  """A row's config without the keys in HOW_NOT_WHAT."""
+  return {key: value for key, value in settings.items() if key not in HOW_NOT_WHAT}
 
 
 def measure(config: ml_collections.ConfigDict, scores: Mapping[str, Any], row_dir: str,

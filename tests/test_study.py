@@ -98,7 +98,9 @@ def test_a_second_run_resumes_finished_and_unfinished_rows(studied, monkeypatch)
   with monkeypatch.context() as patch:
     patch.setattr(train, 'train_and_evaluate', refuse)
     patch.setattr(evaluate, 'run_eval', refuse)
-    assert study.run_study(TABLE3_FILE, ['A_h4', 'B_dk32'], TINY, workdir) == results
+    # A smaller decoding batch changes how a row is evaluated, not its numbers.
+    again = {**TINY, 'decode_tokens_per_batch': 128}
+    assert study.run_study(TABLE3_FILE, ['A_h4', 'B_dk32'], again, workdir) == results
   # A larger budget: each row continues from its step 4, it does not start again.
   longer = study.run_study(TABLE3_FILE, ['B_dk32'], {**TINY, 'num_train_steps': 6}, workdir)
   assert longer[0]['measured']['train_steps'] == 6
