@@ -25,6 +25,7 @@ train_steps, ppl, bleu, params_millions).
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -131,6 +132,12 @@ def run_study(study_file: str, rows: Sequence[str] | None, overrides: Mapping[st
     measured = run_row(row, config, os.path.join(workdir, row), workdir)
     results.append({'row': row, 'measured': measured, 'paper': study.paper_row(row)})
     write_tables(workdir, results, overrides)
+    # Each row is another model: its compiled steps are never run again, and 20 rows'
+    # worth held in one process is memory the next row's beam search may need (on a 24 GiB
+    # host the 12th row's was killed for memory; the same command, resumed in a fresh
+    # process, finished it).
+    jax.clear_caches()
+    gc.collect()
   return results
 
 
