@@ -13,21 +13,32 @@ import os
 import jax
 from absl import logging
 
-# XLA:CPU hands reductions to YNNPACK by default (jaxlib 0.10); for the softmax over a 37k
-# vocabulary that is ~2× slower than XLA's own loops, and beam search spends a quarter of
-# its time there. Dots and elementwise fusions keep YNNPACK.
-_YNN_FLAG = '--xla_cpu_experimental_ynn_fusion_type'
+CPU_FLAGS = {
+    # XLA:CPU hands reductions to YNNPACK by default (jaxlib 0.10); for the softmax over a
+    # 37k vocabulary that is ~2× slower than XLA's own loops, and beam search spends a
+    # quarter of its time there. Dots and elementwise fusions keep YNNPACK.
+    '--xla_cpu_experimental_ynn_fusion_type': '-reduce',
+    # The scheduler that orders independent ops for concurrency puts big matmuls side by
+    # side, each then getting part of the cores; in program order each gets them all. On
+    # the 2-core CPU, one run, alternating (2026-11-24): base train step 3.56 -> 3.36 s
+    # (benchmarks/train_step.py, median of 5, two rounds each), beam-4 decoding 6.38 -> 6.72
+    # sentences/s (benchmarks/decode.py); parameters after 3 steps and decoded ids bitwise
+    # the same.
+    '--xla_cpu_enable_concurrency_optimized_scheduler': 'false',
+}
 
 
 def configure_cpu() -> None:
-  """Sets this codebase's XLA:CPU flags in XLA_FLAGS; an explicit setting of a flag wins.
+  """Sets this codebase's XLA:CPU flags (CPU_FLAGS) in XLA_FLAGS; an explicit setting of a
+  flag wins.
 
   Entry points call it first (main.py, the benchmarks, tests/conftest.py): XLA reads the
   flags once, when JAX creates its CPU backend, so a later call changes nothing. Only CPU
   compilation reads them; GPU and TPU runs are unaffected.
   """
-  if _YNN_FLAG not in os.environ.get('XLA_FLAGS', ''):
-    os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_YNN_FLAG}=-reduce".strip()
+  for flag, value in CPU_FLAGS.items():
+    if flag not in os.environ.get('XLA_FLAGS', ''):
+      os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {flag}={value}".strip()
 
 
 def enable_compilation_cache(directory: str) -> None:

@@ -359,3 +359,16 @@ def test_compilation_cache_serves_a_second_run(tmp_path):
   off = run_main(*tiny, f'--workdir={tmp_path / "c"}', '--config.compilation_cache_dir=',
                  env_extra=env)
   assert off.returncode == 0 and 'Persistent compilation cache hit' not in off.stderr
+
+
+def test_cpu_flags_are_added_and_an_explicit_setting_wins(monkeypatch):
+  from t2t_jax import xla
+  monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8 '
+                     '--xla_cpu_enable_concurrency_optimized_scheduler=true')
+  xla.configure_cpu()
+  flags = os.environ['XLA_FLAGS'].split()
+  assert flags == ['--xla_force_host_platform_device_count=8',
+                   '--xla_cpu_enable_concurrency_optimized_scheduler=true',
+                   '--xla_cpu_experimental_ynn_fusion_type=-reduce']
+  xla.configure_cpu()  # idempotent
+  assert os.environ['XLA_FLAGS'].split() == flags
