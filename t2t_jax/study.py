@@ -15,9 +15,12 @@ perplexity against parameters, and BLEU per row.
 
 Resuming: a row whose training and evaluation finished is recorded in DIR/<row>/study.json
 with the config it ran, and is not trained or evaluated again while that config stays the
-same; a row stopped part-way resumes from its checkpoints (train.py), its time budget
-counting the minutes already trained. The rows share one vocabulary (the first row's, copied),
-as Table 3's did: perplexities per word-piece compare only over the same pieces.
+same (a changed one trains on from its checkpoints, is evaluated again and replaced, with a
+warning); a row stopped part-way resumes from its checkpoints (train.py), its time budget
+counting the minutes already trained. Rows recorded by an earlier invocation stay in the
+table, marked with the settings they differ in: no result drops out of it. The rows share one
+vocabulary (the first row's, copied), as Table 3's did: perplexities per word-piece compare
+only over the same pieces.
 
 The study file names its rows: `rows()` (all, in the table's order), `get_config(row)`, and
 `paper_row(row)` (the printed columns: N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls,
@@ -120,25 +123,44 @@ def _set(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
 def run_study(study_file: str, rows: Sequence[str] | None, overrides: Mapping[str, Any],
               workdir: str) -> list[dict[str, Any]]:
   """--mode=study: trains and evaluates each row in workdir/<row>/ (skipping finished ones),
-  rewriting the tables and the plot after each row. Returns table3.json's rows."""
+  rewriting the tables and the plot after each row. Returns table3.json's rows: this
+  invocation's, and the rows an earlier one recorded in workdir, which never drop out of the
+  table (marked, with the settings they differ in)."""
   study = load_study(study_file)
   configs = row_configs(study, rows, overrides)
   workdir_lib.check_local(workdir)
   os.makedirs(workdir, exist_ok=True)
   logging.info('Study of %d rows (%s) in %s; overrides for every row: %s', len(configs),
                ','.join(configs), workdir, dict(overrides) or 'none')
-  results = []
+  results = {}
   for row, config in configs.items():
     measured = run_row(row, config, os.path.join(workdir, row), workdir)
-    results.append({'row': row, 'measured': measured, 'paper': study.paper_row(row)})
-    write_tables(workdir, results, overrides)
+    results[row] = {'row': row, 'measured': measured, 'paper': study.paper_row(row)}
+    table = [results.get(r) or _earlier_row(study, r, overrides, workdir) for r in study.rows()]
+    write_tables(workdir, [entry for entry in table if entry], overrides)
     # Each row is another model: its compiled steps are never run again, and 20 rows'
     # worth held in one process is memory the next row's beam search may need (on a 24 GiB
     # host the 12th row's was killed for memory; the same command, resumed in a fresh
     # process, finished it).
     jax.clear_caches()
     gc.collect()
-  return results
+  return [entry for entry in table if entry]
+
+
+def _earlier_row(study: types.ModuleType, row: str, overrides: Mapping[str, Any],
+                 workdir: str) -> dict[str, Any] | None:
+  """A row an earlier invocation recorded in workdir, if any: its measured columns, marked
+  `earlier_invocation`, with `differs_in` the keys whose values differ from what this
+  invocation would run it with (e.g. num_train_steps)."""
+  record = _read_json(os.path.join(workdir, row, ROW_RECORD))
+  if record is None:
+    return None
+  config = study.get_config(row)
+  for key, value in overrides.items():
+    _set(config, key, value)
+  differ = _varied_keys(_what(record['config']), _what(workdir_lib.config_dict(config)))
+  measured = dict(record['measured'], earlier_invocation=True, differs_in=sorted(differ))
+  return {'row': row, 'measured': measured, 'paper': study.paper_row(row)}
 
 
 def run_row(row: str, config: ml_collections.ConfigDict, row_dir: str, study_dir: str,
@@ -150,6 +172,11 @@ def run_row(row: str, config: ml_collections.ConfigDict, row_dir: str, study_dir
     logging.info('Row %s: finished before (%s); not trained or evaluated again.', row,
                  os.path.join(row_dir, ROW_RECORD))
     return record['measured']
+  if record is not None:
+    differ = sorted(_varied_keys(_what(record.get('config', {})), _what(settings)))
+    logging.warning('Row %s: %s was made with other settings (%s); training on from its '
+                    'checkpoints and evaluating again, then replacing it.', row,
+                    os.path.join(row_dir, ROW_RECORD), ', '.join(differ))
   _share_vocabulary(config, row_dir, study_dir)
   logging.info('Row %s: training in %s', row, row_dir)
   train.train_and_evaluate(config, row_dir)
@@ -252,7 +279,8 @@ def markdown(results: list[dict[str, Any]], overrides: Mapping[str, Any]) -> str
     measured, paper = result['measured'], result['paper']
     cells = [_cell(measured[key], key) for key, _ in COLUMNS]
     extra = [_cell(measured.get('train_minutes'), 'minutes'), _cell(measured['sacrebleu'], 'bleu')]
-    lines.append(f'| {result["row"]} | measured | ' + ' | '.join(cells + extra) + ' |')
+    label = f'{result["row"]} (earlier)' if measured.get('earlier_invocation') else result['row']
+    lines.append(f'| {label} | measured | ' + ' | '.join(cells + extra) + ' |')
     cells = [_cell(paper.get(key), key, printed=True) for key, _ in COLUMNS]
     lines.append('| | paper | ' + ' | '.join(cells + ['', '']) + ' |')
   shown = ', '.join(f'--config.{k}={v}' for k, v in overrides.items()) or 'none'
@@ -260,8 +288,13 @@ def markdown(results: list[dict[str, Any]], overrides: Mapping[str, Any]) -> str
             'paper), beam search (§6.1), the last checkpoint without averaging. PPL: per '
             'word-piece, of the unsmoothed loss. BLEU: tokenized BLEU, as the paper; sacreBLEU '
             'beside it. train min: minutes in the training loop, over every resume.',
-            f'Overrides applied to every row: {shown}.', '']
-  return '\n'.join(lines)
+            f'Overrides applied to every row: {shown}.']
+  for result in results:
+    if result['measured'].get('earlier_invocation'):
+      differ = ', '.join(result['measured']['differs_in']) or 'nothing'
+      lines.append(f'{result["row"]} (earlier): recorded by an earlier invocation; its '
+                   f'settings differ from this one\'s in: {differ}.')
+  return '\n'.join(lines + [''])
 
 
 def _cell(value: Any, key: str, printed: bool = False) -> str:

@@ -103,11 +103,21 @@ def test_a_second_run_resumes_finished_and_unfinished_rows(studied, monkeypatch)
     assert study.run_study(TABLE3_FILE, ['A_h4', 'B_dk32'], again, workdir) == results
   # A larger budget: each row continues from its step 4, it does not start again.
   longer = study.run_study(TABLE3_FILE, ['B_dk32'], {**TINY, 'num_train_steps': 6}, workdir)
-  assert longer[0]['measured']['train_steps'] == 6
   invocations = read_jsonl(os.path.join(workdir, 'B_dk32', 'provenance.jsonl'))
   assert [i['first_step'] for i in invocations] == [1, 5]
+  # The table keeps A_h4, which this invocation did not run, marked with how it differs.
   with open(os.path.join(workdir, 'table3.json'), encoding='utf-8') as f:
-    assert [r['row'] for r in json.load(f)] == ['B_dk32']
+    assert json.load(f) == longer
+  a, b = longer
+  assert (a['row'], b['row']) == ('A_h4', 'B_dk32')
+  assert b['measured']['train_steps'] == 6 and 'earlier_invocation' not in b['measured']
+  assert a['measured'] == {**results[0]['measured'], 'earlier_invocation': True,
+                           'differs_in': ['num_train_steps']}
+  with open(os.path.join(workdir, 'table3.md'), encoding='utf-8') as f:
+    text = f.read()
+  assert '| A_h4 (earlier) | measured |' in text
+  assert "A_h4 (earlier): recorded by an earlier invocation; its settings differ from this " \
+         "one's in: num_train_steps." in text
 
 
 @pytest.mark.parametrize('rows, overrides, message', [
