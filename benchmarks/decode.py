@@ -11,6 +11,10 @@ The uncached reference re-runs the decoder over the whole current segment of pos
 each step (16, 32, 64 or 82: static shapes, see decode.segment_lengths; a mean of 52.3
 positions a step against 41.5 for an exactly growing prefix). It is slow, so it gets fewer
 sentences; the cached search is timed again on that same batch for a like-for-like ratio.
+
+`--peer` times the PyTorch peer (benchmarks/peers/torch_decode.py: the same shapes, a
+growing key/value cache reordered each step) in the same process after ours, and prints the
+ratio: only ratios from one run count on a shared machine.
 """
 from __future__ import annotations
 
@@ -81,7 +85,8 @@ def main() -> None:
   parser.add_argument('--beam', type=int, default=4)
   parser.add_argument('--extra-length', type=int, default=50)
   parser.add_argument('--uncached-sentences', type=int, default=2, help='0: skip')
-  parser.add_argument('--repeats', type=int, default=1)
+  parser.add_argument('--repeats', type=int, default=5)
+  parser.add_argument('--peer', action='store_true', help='also the PyTorch peer')
   args = parser.parse_args()
   model_config = ModelConfig.from_config(CONFIGS[args.config].get_config()).replace(
       deterministic=True)
@@ -90,8 +95,19 @@ def main() -> None:
       jax.random.PRNGKey(0))
   src = random_sources(args.sentences, args.length, model_config.vocab_size)
   common = {'backend': jax.default_backend(), 'cpu_count': os.cpu_count()}
-  print(json.dumps(time_decode(params, src, args, model_config, use_cache=True) | common),
-        flush=True)
+  ours = time_decode(params, src, args, model_config, use_cache=True)
+  print(json.dumps(ours | common), flush=True)
+  if args.peer:
+    sys.path.insert(0, os.path.join(ROOT, 'benchmarks', 'peers'))
+    import torch_decode  # noqa: PLC0415 -- the peer, and torch, only when asked
+    peer = torch_decode.bench(torch_decode.parse_args([
+        f'--config={args.config}', f'--sentences={args.sentences}', f'--length={args.length}',
+        f'--beam={args.beam}', f'--extra-length={args.extra_length}',
+        f'--repeats={args.repeats}']))
+    print(json.dumps(peer), flush=True)
+    print(json.dumps({'benchmark': 'decode_ratio', 'config': args.config,
+                      't2t_jax_over_pytorch': round(peer['seconds'] / ours['seconds'], 3)}),
+          flush=True)
   if args.uncached_sentences:
     small = src[:args.uncached_sentences]
     cached = time_decode(params, small, args, model_config, use_cache=True)

@@ -4,7 +4,10 @@
 
 The base config runs the peers' benchmark shape: 32 sentences × 64 source tokens and
 32 × 64 target tokens a step, no padding. FLOPs are XLA's own count of the compiled step.
-The last line is the machine's float32 matmul GFLOP/s, for reference.
+The last line is the machine's float32 matmul GFLOP/s, for reference, and `matmul_fraction`
+in each line is the step's share of it. `--peer` times the training step of flax's
+`examples/wmt` (benchmarks/peers/flax_wmt.py) on the same shapes in the same process after
+each config, and prints the ratio: only ratios from one run count on a shared machine.
 """
 from __future__ import annotations
 
@@ -47,7 +50,8 @@ def bench_config(name: str, steps: int) -> dict:
   train_fn, _ = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh)
   batch = mesh_lib.shard_batch(random_batch(rows, length, config.vocab_size), mesh)
   t0 = time.perf_counter()
-  compiled = train_fn.lower(state, batch).compile()
+  # lower().compile() does not take jit's compiler_options: pass what compile_steps gives it.
+  compiled = train_fn.lower(state, batch).compile(xla.step_compiler_options())
   compile_s = time.perf_counter() - t0
   cost = compiled.cost_analysis()
   flops = float((cost[0] if isinstance(cost, list) else cost).get('flops', float('nan')))
@@ -67,6 +71,7 @@ def bench_config(name: str, steps: int) -> dict:
           'target_tokens_per_s': round(tokens / 2 / step_s, 1),
           'gflop_per_step': round(flops / 1e9, 2), 'gflop_per_s': round(flops / 1e9 / step_s, 1),
           'compile_seconds': round(compile_s, 1), 'devices': 1,
+          'load_average_1min': round(os.getloadavg()[0], 2),
           'backend': jax.default_backend(), 'cpu_count': os.cpu_count()}
 
 
@@ -86,10 +91,22 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--configs', default='base,demo')
   parser.add_argument('--steps', type=int, default=5)
+  parser.add_argument('--peer', action='store_true', help="also flax examples/wmt's step")
   args = parser.parse_args()
+  matmul = bench_matmul()
   for name in args.configs.split(','):
-    print(json.dumps(bench_config(name, args.steps)), flush=True)
-  print(json.dumps(bench_matmul()), flush=True)
+    ours = bench_config(name, args.steps)
+    ours['matmul_fraction'] = round(ours['gflop_per_s'] / matmul['gflop_per_s'], 3)
+    print(json.dumps(ours), flush=True)
+    if args.peer:
+      sys.path.insert(0, os.path.join(ROOT, 'benchmarks', 'peers'))
+      import flax_wmt  # noqa: PLC0415 -- the peer, only when asked
+      peer = flax_wmt.bench(name, args.steps)
+      print(json.dumps(peer), flush=True)
+      print(json.dumps({'benchmark': 'train_step_ratio', 'config': name,
+                        't2t_jax_over_flax_examples_wmt': round(
+                            peer['step_seconds'] / ours['step_seconds'], 3)}), flush=True)
+  print(json.dumps(matmul), flush=True)
 
 
 if __name__ == '__main__':

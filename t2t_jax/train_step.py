@@ -20,7 +20,7 @@ import optax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from t2t_jax import losses
+from t2t_jax import losses, xla
 from t2t_jax.mesh import AXIS, replicated, shard_batch
 from t2t_jax.model import ModelConfig, Transformer
 from t2t_jax.tokenizer import PAD_ID
@@ -146,7 +146,8 @@ def compile_steps(model_config: ModelConfig, tx: optax.GradientTransformation,
       functools.partial(train_step, model=train_model, tx=tx, label_smoothing=label_smoothing,
                         grad_accum_steps=grad_accum_steps),
       mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
-  return jax.jit(train, donate_argnums=0), compile_eval_step(model_config, label_smoothing, mesh)
+  return (jax.jit(train, donate_argnums=0, compiler_options=xla.step_compiler_options()),
+          compile_eval_step(model_config, label_smoothing, mesh))
 
 
 def compile_eval_step(model_config: ModelConfig, label_smoothing: float, mesh: Mesh,

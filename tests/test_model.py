@@ -194,3 +194,27 @@ def test_bad_model_config_names_the_key(field, value, message):
 def test_model_config_accepts_numpy_integers():
   c = ModelConfig(vocab_size=np.int64(100), d_model=np.int32(16), num_heads=2)
   assert c.key_size == 8
+
+
+def test_hash_bits_are_uniform_and_independent():
+  """The dropout bits (model.hash_bits): each of the 32 bits fair, two keys and neighbouring
+  counters uncorrelated, the same key the same bits; and Dropout keeps 1 - rate of the
+  elements, scaled by 1 / (1 - rate), the others 0."""
+  key = jax.random.PRNGKey(3)
+  bits = np.asarray(model_lib.hash_bits((500, 1000), key))
+  per_bit = np.unpackbits(bits.view(np.uint8)).reshape(-1, 32).mean(axis=0)
+  assert np.abs(per_bit - 0.5).max() < 0.005  # 5e5 draws: 3.5 standard deviations
+  np.testing.assert_array_equal(bits, model_lib.hash_bits((500, 1000), key))
+  keep = bits < np.uint32(0.9 * 2 ** 32)
+  other = np.asarray(model_lib.hash_bits((500, 1000), jax.random.fold_in(key, 1))) < np.uint32(
+      0.9 * 2 ** 32)
+  assert abs(keep.mean() - 0.9) < 0.002
+  assert abs((keep & other).mean() - 0.81) < 0.002  # independent of another key's mask
+  flat = keep.ravel()
+  assert abs((flat[1:] & flat[:-1]).mean() - 0.81) < 0.002  # and of its neighbour
+  x = jnp.ones((400, 500))
+  y = np.asarray(model_lib.Dropout(0.3).apply({}, x, deterministic=False,
+                                              rngs={'dropout': key}))
+  np.testing.assert_allclose(np.unique(y), [0.0, 1 / 0.7], rtol=1e-6)
+  assert abs((y > 0).mean() - 0.7) < 0.005
+  np.testing.assert_array_equal(model_lib.Dropout(0.3).apply({}, x, deterministic=True), x)

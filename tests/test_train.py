@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -372,3 +373,20 @@ def test_cpu_flags_are_added_and_an_explicit_setting_wins(monkeypatch):
                    '--xla_cpu_experimental_ynn_fusion_type=-reduce']
   xla.configure_cpu()  # idempotent
   assert os.environ['XLA_FLAGS'].split() == flags
+
+
+def test_train_step_compiles_with_ynnpack_reductions_unless_the_user_chose(monkeypatch):
+  """xla.step_compiler_options: YNNPACK's reductions for the train step on a CPU, which
+  compile_steps passes to its jit; none where XLA_FLAGS names the fusion types itself. The
+  options change what XLA emits: fewer of its own reduce-windows."""
+  from t2t_jax import xla
+  monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_experimental_ynn_fusion_type=-reduce')
+  options = xla.step_compiler_options()
+  assert 'LIBRARY_FUSION_TYPE_REDUCE' in options['xla_cpu_experimental_ynn_fusion_type']
+  monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_experimental_ynn_fusion_type=+reduce')
+  assert xla.step_compiler_options() == {}
+  f = jax.jit(lambda x: jnp.sum(jnp.tanh(x), axis=0))
+  x = jnp.ones((256, 64))
+  plain = f.lower(x).compile().as_text()
+  with_options = f.lower(x).compile(options).as_text()
+  assert plain.count('reduce-window') > with_options.count('reduce-window')
