@@ -87,7 +87,7 @@ def compile_child(config_name: str, shapes: list[list[int]], cache: str) -> dict
     batch = {'inputs': jax.ShapeDtypeStruct((rows, src), np.int32),
              'targets': jax.ShapeDtypeStruct((rows, tgt), np.int32)}
     start = time.perf_counter()
-    train_fn.lower(state, batch).compile(xla.step_compiler_options())
+    train_fn.lower(state, batch).compile()
     seconds.append(time.perf_counter() - start)
   return {'seconds': seconds, 'backend': jax.default_backend(), 'dtype': model_config.dtype}
 

@@ -50,8 +50,7 @@ def bench_config(name: str, steps: int) -> dict:
   train_fn, _ = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh)
   batch = mesh_lib.shard_batch(random_batch(rows, length, config.vocab_size), mesh)
   t0 = time.perf_counter()
-  # lower().compile() does not take jit's compiler_options: pass what compile_steps gives it.
-  compiled = train_fn.lower(state, batch).compile(xla.step_compiler_options())
+  compiled = train_fn.lower(state, batch).compile()
   compile_s = time.perf_counter() - t0
   cost = compiled.cost_analysis()
   flops = float((cost[0] if isinstance(cost, list) else cost).get('flops', float('nan')))

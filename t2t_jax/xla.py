@@ -41,8 +41,7 @@ _YNN_WITH_REDUCE = ('LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,
 
 def step_compiler_options() -> dict[str, str]:
   """jax.jit compiler_options for the train step: on a CPU, YNNPACK reductions (unless
-  XLA_FLAGS sets the flag itself); nothing on other backends. `jit(...).lower().compile()`
-  does not apply jit's compiler_options: pass these to `.compile(...)` as well."""
+  XLA_FLAGS sets the flag itself); nothing on other backends."""
   flag = '--xla_cpu_experimental_ynn_fusion_type'
   ours = f'{flag}={CPU_FLAGS[flag]}'  # what configure_cpu sets; anything else is the user's
   flags = os.environ.get('XLA_FLAGS', '')

@@ -385,8 +385,8 @@ def test_train_step_compiles_with_ynnpack_reductions_unless_the_user_chose(monke
   assert 'LIBRARY_FUSION_TYPE_REDUCE' in options['xla_cpu_experimental_ynn_fusion_type']
   monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_experimental_ynn_fusion_type=+reduce')
   assert xla.step_compiler_options() == {}
-  f = jax.jit(lambda x: jnp.sum(jnp.tanh(x), axis=0))
+  column_sum = lambda x: jnp.sum(jnp.tanh(x), axis=0)  # noqa: E731
   x = jnp.ones((256, 64))
-  plain = f.lower(x).compile().as_text()
-  with_options = f.lower(x).compile(options).as_text()
+  plain = jax.jit(column_sum).lower(x).compile().as_text()
+  with_options = jax.jit(column_sum, compiler_options=options).lower(x).compile().as_text()
   assert plain.count('reduce-window') > with_options.count('reduce-window')
