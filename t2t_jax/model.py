@@ -10,7 +10,10 @@ Choices the paper leaves open (the first and third as in tensor2tensor):
     is id 0's (learned) embedding. tensor2tensor differs here: it shifts the embedded
     targets, so its first decoder input is a zero vector (plus the position's sinusoid);
   * the shared embedding is initialised N(0, d_model^-1), so that after the ×√d_model
-    of §3.4 token vectors have unit variance, like the sinusoids they are added to.
+    of §3.4 token vectors have unit variance, like the sinusoids they are added to;
+  * dropout's random bits come from a counter hash of each call's key (`hash_bits`), not
+    threefry: the same Bernoulli(1 - P_drop) masks in distribution, at a fraction of the
+    cost on a CPU.
 """
 from __future__ import annotations
 
