@@ -32,9 +32,11 @@ CPU_FLAGS = {
 # to YNNPACK. CPU_FLAGS takes them from it for decoding's sake (and the eval step's, whose
 # reductions are the same rows over the vocabulary), but the train step's column sums (the
 # gradients of biases and layer-norm gains over the batch's rows) run several times faster
-# there than as XLA's trees of reduce-windows: base train step 3.36/3.33/3.52 -> 3.05/3.06/
-# 3.30 s, three rounds alternating in one run (2026-11-24). The value is YNNPACK's default
-# set, which XLA_FLAGS' '-reduce' narrows to DOT and INDIVIDUAL_DOT.
+# there than as XLA's trees of reduce-windows. Base train step, rounds alternating in one
+# run (2026-11-24): 3.36/3.33/3.52 -> 3.05/3.06/3.30 s with the loss of log_softmax, and
+# 2.90/3.03/3.06/3.11 -> 2.85/2.93/2.79/3.06 s with today's loss (the demo's step, whose
+# reductions are small, loses ~3%: 0.074 -> 0.077 s). The value is YNNPACK's default set,
+# which XLA_FLAGS' '-reduce' narrows to DOT and INDIVIDUAL_DOT.
 _YNN_WITH_REDUCE = ('LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,'
                     'LIBRARY_FUSION_TYPE_REDUCE')
 
