@@ -26,7 +26,7 @@ def cross_entropy_sums(logits: jax.Array, targets: jax.Array, *,
   """
   # From the logits and their log-sum-exp, without storing log p: every pass over the
   # [b, t, v] array costs more than its arithmetic on a CPU (the base step's 37k-wide logits
-  # are 300 MB), and here the forward reads them three times and writes nothing that size.
+  # are 300 MB), and log_softmax wrote log p whole before three more reads of it.
   logits = logits.astype(jnp.float32)
   max_logit = jax.lax.stop_gradient(jnp.max(logits, axis=-1))  # [b, t], for stability only
   lse = max_logit + jnp.log(jnp.sum(jnp.exp(logits - max_logit[..., None]), axis=-1))  # [b, t]
