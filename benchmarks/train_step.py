@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -52,20 +53,30 @@ def bench_config(name: str, steps: int) -> dict:
   t0 = time.perf_counter()
   compiled = train_fn.lower(state, batch).compile()
   compile_s = time.perf_counter() - t0
+  params = int(sum(x.size for x in jax.tree_util.tree_leaves(state.params)))
+  timing = time_steps(compiled, lambda state: compiled(state, batch), state, rows=rows,
+                      length=length, steps=steps, compile_s=compile_s)
+  return {'benchmark': 'train_step', 'config': name, 'params': params} | timing
+
+
+def time_steps(compiled, run: Callable, state, *, rows: int, length: int, steps: int,
+               compile_s: float) -> dict:
+  """One warm-up step, then the median of `steps` timed ones of `run(state) -> (state,
+  metrics)`: the JSON line's figures, for our step and the peer's alike. FLOPs are XLA's
+  count of `compiled`."""
   cost = compiled.cost_analysis()
   flops = float((cost[0] if isinstance(cost, list) else cost).get('flops', float('nan')))
-  state, metrics = compiled(state, batch)  # warm-up
+  state, metrics = run(state)  # warm-up
   jax.block_until_ready(metrics)
   times = []
   for _ in range(steps):
     t0 = time.perf_counter()
-    state, metrics = compiled(state, batch)
+    state, metrics = run(state)
     jax.block_until_ready(metrics)
     times.append(time.perf_counter() - t0)
   step_s = float(np.median(times))
   tokens = 2 * rows * length
-  return {'benchmark': 'train_step', 'config': name, 'batch': f'{rows}x{length}+{rows}x{length}',
-          'params': int(sum(x.size for x in jax.tree_util.tree_leaves(state.params))),
+  return {'batch': f'{rows}x{length}+{rows}x{length}',
           'step_seconds': round(step_s, 4), 'tokens_per_s': round(tokens / step_s, 1),
           'target_tokens_per_s': round(tokens / 2 / step_s, 1),
           'gflop_per_step': round(flops / 1e9, 2), 'gflop_per_s': round(flops / 1e9 / step_s, 1),

@@ -8,7 +8,8 @@ loss, optimizer and learning-rate schedule of `train.py` (commit f2281cc742ae; t
 defaults of `configs/default.py`, commit 4efd541ded8e). This file re-implements them
 standalone, with the same flax.linen building blocks and the same computation, as a peer
 to time benchmarks/train_step.py against on the same shapes, under the same XLA flags
-(`xla.configure_cpu()`; nothing else comes from t2t_jax):
+(`xla.configure_cpu()`), with benchmarks/train_step.py's random batch and timing; nothing
+of t2t_jax's model, loss or optimizer is used:
 
   * model: shared `nn.Embed` (init N(0, 1)) for source, target and output; the output
     logits are `embed.attend(y) / sqrt(emb_dim)`; a fixed sinusoidal table of max_len
@@ -71,12 +72,14 @@ from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))  # ours: its batch and timing
 
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+import train_step as ours  # noqa: E402  (benchmarks/train_step.py)
 from flax import struct  # noqa: E402
 from flax.training import common_utils, train_state  # noqa: E402
 
@@ -338,44 +341,22 @@ def compile_train_step(config: TransformerConfig) -> Callable:
       donate_argnums=(0,))
 
 
-def random_batch(rows: int, length: int, vocab_size: int, seed: int = 0) -> dict[str, np.ndarray]:
-  """benchmarks/train_step.py's batch: ids in [3, vocab), no padding."""
-  rng = np.random.default_rng(seed)
-  ids = lambda: rng.integers(3, vocab_size, (rows, length), dtype=np.int32)  # noqa: E731
-  return {'inputs': ids(), 'targets': ids()}
-
-
 def bench(config_name: str, steps: int) -> dict:
-  """Compiles the step, runs one warm-up step and `steps` timed ones; the JSON line's dict."""
+  """Compiles the step, runs one warm-up step and `steps` timed ones (timed as
+  benchmarks/train_step.py times ours); the JSON line's dict."""
   shape = SHAPES[config_name]
   rows, length = shape['rows'], shape['length']
   config = model_config(config_name)
   state, dropout_rng = create_state(config, rows)
   params = int(sum(x.size for x in jax.tree_util.tree_leaves(state.params)))
-  batch = jax.device_put(random_batch(rows, length, config.vocab_size))
+  batch = jax.device_put(ours.random_batch(rows, length, config.vocab_size))
   t0 = time.perf_counter()
   compiled = compile_train_step(config).lower(state, batch, dropout_rng).compile()
   compile_s = time.perf_counter() - t0
-  cost = compiled.cost_analysis()
-  flops = float((cost[0] if isinstance(cost, list) else cost).get('flops', float('nan')))
-  state, metrics = compiled(state, batch, dropout_rng)  # warm-up
-  jax.block_until_ready(metrics)
-  times = []
-  for _ in range(steps):
-    t0 = time.perf_counter()
-    state, metrics = compiled(state, batch, dropout_rng)
-    jax.block_until_ready(metrics)
-    times.append(time.perf_counter() - t0)
-  step_s = float(np.median(times))
-  tokens = 2 * rows * length
+  timing = ours.time_steps(compiled, lambda state: compiled(state, batch, dropout_rng), state,
+                           rows=rows, length=length, steps=steps, compile_s=compile_s)
   return {'benchmark': 'train_step', 'peer': 'flax_examples_wmt', 'config': config_name,
-          'batch': f'{rows}x{length}+{rows}x{length}', 'params': params,
-          'step_seconds': round(step_s, 4), 'tokens_per_s': round(tokens / step_s, 1),
-          'target_tokens_per_s': round(tokens / 2 / step_s, 1),
-          'gflop_per_step': round(flops / 1e9, 2), 'gflop_per_s': round(flops / 1e9 / step_s, 1),
-          'compile_seconds': round(compile_s, 1), 'devices': 1,
-          'load_average_1min': round(os.getloadavg()[0], 2),
-          'backend': jax.default_backend(), 'cpu_count': os.cpu_count()}
+          'params': params} | timing
 
 
 def main() -> None:
