@@ -1,6 +1,7 @@
 """Beam search (§6.1) against exhaustive search, a Python greedy loop and full re-decoding."""
 import functools
 import itertools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -364,6 +365,21 @@ def test_top_k_equals_lax_top_k_with_ties(n, k):
   for ours, reference in zip(jax.jit(decode.top_k, static_argnames='k')(x, k=k),
                              jax.lax.top_k(x, k), strict=True):  # values, then indices
     np.testing.assert_array_equal(ours, reference)
+
+
+def test_the_decoding_cache_is_not_copied_each_step():
+  """xla.CPU_FLAGS' region-based copy insertion: the loops write each layer's cached keys
+  and values in place, where XLA's default analysis copied them every step (checked in the
+  compiled program: no copy of a full-length cache array; with the analysis off, copies)."""
+  src = np.array([[5, 6, 7, 1], [4, 1, 0, 0]], np.int32)
+  lowered = decode.beam_search.lower(_params(SMALL, 0), src, config=SMALL, beam_size=4,
+                                     early_stop=False)
+  length = decode.max_decode_length(src.shape[1], SMALL, 50)
+  cache = f'f32[2,{SMALL.num_heads},{SMALL.key_size},4,{length}]'  # [b, h, d, k, T]
+  copies = lambda text: re.findall(rf'= {re.escape(cache)}\S* copy\(', text)  # noqa: E731
+  assert not copies(lowered.compile().as_text())
+  off = {'xla_cpu_copy_insertion_use_region_analysis': False}
+  assert copies(lowered.compile(compiler_options=off).as_text())
 
 
 # n-best: the n best finished hypotheses of each sentence.

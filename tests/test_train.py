@@ -370,7 +370,8 @@ def test_cpu_flags_are_added_and_an_explicit_setting_wins(monkeypatch):
   flags = os.environ['XLA_FLAGS'].split()
   assert flags == ['--xla_force_host_platform_device_count=8',
                    '--xla_cpu_enable_concurrency_optimized_scheduler=true',
-                   '--xla_cpu_experimental_ynn_fusion_type=-reduce']
+                   '--xla_cpu_experimental_ynn_fusion_type=-reduce',
+                   '--xla_cpu_copy_insertion_use_region_analysis=true']
   xla.configure_cpu()  # idempotent
   assert os.environ['XLA_FLAGS'].split() == flags
 
