@@ -146,7 +146,8 @@ def cached_attention(query: Array, key: Array, value: Array, cached_key: Array,
   query/key/value [b, q, h, d]: this step's, one row per hypothesis; cached_key/value
   [b, h, d, n], n cache slots; cache_mask [b, 1, q, n] (True = may attend). Each query
   attends to the slots the mask allows and to its own new key. The cache is only read,
-  never concatenated with the new key, so XLA can then write the new key into it in place.
+  never concatenated with the new key, so XLA can then write the new key into it in place
+  (on a CPU it does so with region-based copy insertion, xla.CPU_FLAGS).
   Returns ([b, q, h, d_v], weights [b, h, q, n + 1]: the own position last).
   """
   scale = 1 / jnp.sqrt(query.shape[-1]).astype(query.dtype)
