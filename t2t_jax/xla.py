@@ -28,7 +28,7 @@ CPU_FLAGS = {
     # Copy insertion with region-based live-range analysis (XLA's default off on CPU): it
     # sees that a while loop's carried decoding cache is read before it is written in place,
     # where the default analysis copied every layer's keys and values twice a step (at 82
-    # positions 12 copies of 43 MB each way). Base beam-4 decoding, 64 × 32 tokens, one run
+    # positions, 12 arrays of 43 MB). Base beam-4 decoding, 64 × 32 tokens, one run
     # alternating (2026-11-24): 9.95/10.22 -> 7.97/7.90 s (benchmarks/decode.py's shape,
     # median of 3), decoded ids bitwise the same; the base train step unchanged (2.83/2.78
     # -> 2.81/2.80 s).
