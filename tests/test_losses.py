@@ -1,4 +1,5 @@
 """Label-smoothed cross-entropy (§5.4) against a hand computation."""
+import jax
 import numpy as np
 import pytest
 
@@ -41,7 +42,6 @@ def test_smoothed_loss_is_minimised_by_the_smoothed_distribution(eps):
 def test_loss_and_gradient_match_a_float64_rederivation():
   """Value and gradient w.r.t. the logits against NumPy in float64: d loss / d z =
   w·(softmax(z) - q) per token, q the smoothed target distribution (1e-5)."""
-  import jax
   rng = np.random.default_rng(0)
   vocab, eps = 37, 0.1
   logits = (3 * rng.normal(size=(2, 5, vocab))).astype(np.float32)
