@@ -26,6 +26,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+if __name__ == '__main__':
+  from t2t_jax import hugepages
+  hugepages.reexec()  # before JAX is imported: glibc's huge pages for XLA's buffers
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

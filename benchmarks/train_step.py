@@ -20,6 +20,9 @@ from collections.abc import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+if __name__ == '__main__':
+  from t2t_jax import hugepages
+  hugepages.reexec()  # before JAX is imported: glibc's huge pages for XLA's buffers
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
