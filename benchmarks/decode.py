@@ -97,7 +97,8 @@ def main() -> None:
   params = jax.jit(lambda rng: Transformer(model_config).init(rng, dummy, dummy)['params'])(
       jax.random.PRNGKey(0))
   src = random_sources(args.sentences, args.length, model_config.vocab_size)
-  common = {'backend': jax.default_backend(), 'cpu_count': os.cpu_count()}
+  common = {'backend': jax.default_backend(), 'cpu_count': os.cpu_count(),
+            'glibc_tunables': os.environ.get('GLIBC_TUNABLES', '')}  # huge pages or not
   ours = time_decode(params, src, args, model_config, use_cache=True)
   print(json.dumps(ours | common), flush=True)
   if args.peer:

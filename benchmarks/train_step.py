@@ -85,7 +85,8 @@ def time_steps(compiled, run: Callable, state, *, rows: int, length: int, steps:
           'gflop_per_step': round(flops / 1e9, 2), 'gflop_per_s': round(flops / 1e9 / step_s, 1),
           'compile_seconds': round(compile_s, 1), 'devices': 1,
           'load_average_1min': round(os.getloadavg()[0], 2),
-          'backend': jax.default_backend(), 'cpu_count': os.cpu_count()}
+          'backend': jax.default_backend(), 'cpu_count': os.cpu_count(),
+          'glibc_tunables': os.environ.get('GLIBC_TUNABLES', '')}  # huge pages or not
 
 
 def bench_matmul(n: int = 2048, repeats: int = 10) -> dict:
