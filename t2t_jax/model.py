@@ -184,6 +184,32 @@ def hash_bits(shape: tuple[int, ...], key: Array) -> Array:
   return mix(mix(counter ^ words[0]) + words[-1])
 
 
+def flat_dot_general(lhs: Array, rhs: Array, dimension_numbers: Any, precision: Any = None,
+                     preferred_element_type: Any = None) -> Array:
+  """`lax.dot_general` for the dense layers, as one 2-D matmul over the flattened rows.
+
+  A projection [b, t, m] · [m, h, d] (or [b, t, h, d] · [h, d, m]) contracts trailing
+  axes of its input with leading axes of its kernel, so [b·t, m] · [m, h·d] is the same
+  product with free reshapes. Autodiff then gives 2-D gradients too, dx = g Wᵀ and
+  dW = xᵀ g, which XLA:CPU's dots take as they are; the 3-D/4-D forms made it copy the
+  kernel transposed for dx and run dW on copies of the activations. Same numbers up to
+  summation order. Base train step, one run, alternating (2026-11-24): 2.38 -> 2.19 s
+  (medians of 5 rounds); demo step 0.054 -> 0.047 s. Other contractions (with batch axes)
+  go to `lax.dot_general` unchanged.
+  """
+  (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+  n = len(lhs_contract)
+  trailing = tuple(range(lhs.ndim - n, lhs.ndim))
+  if lhs_batch or rhs_batch or not n or tuple(lhs_contract) != trailing or tuple(
+      rhs_contract) != tuple(range(n)):
+    return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                               preferred_element_type=preferred_element_type)
+  k = math.prod(lhs.shape[lhs.ndim - n:])
+  out = jax.lax.dot(lhs.reshape(-1, k), rhs.reshape(k, -1), precision=precision,
+                    preferred_element_type=preferred_element_type)  # [rows, features]
+  return out.reshape(*lhs.shape[:lhs.ndim - n], *rhs.shape[n:])
+
+
 class Dropout(nn.Module):
   """Dropout (Srivastava et al., 2014) as §5.4 applies it: each element kept with
   probability 1 - rate and scaled by 1 / (1 - rate), as flax's nn.Dropout, with the
@@ -223,7 +249,7 @@ class MultiHeadAttention(nn.Module):
     c = self.config
     dense = lambda features, name: nn.DenseGeneral(  # noqa: E731
         features, use_bias=False, dtype=c.dtype, kernel_init=nn.initializers.xavier_uniform(),
-        name=name)
+        dot_general=flat_dot_general, name=name)
     query = dense((c.num_heads, c.key_size), 'query')(inputs_q)  # [b, q, h, d_k]
     if c.decode and self.cache == 'cross':
       key, value = self._cross_cache(dense, inputs_kv)  # [b, h, d, s]
@@ -237,7 +263,8 @@ class MultiHeadAttention(nn.Module):
         out, weights = scaled_dot_product_attention(query, key, value, mask)
     self.sow('intermediates', 'attention_weights', weights)
     return nn.DenseGeneral(c.d_model, axis=(-2, -1), use_bias=False, dtype=c.dtype,
-                           kernel_init=nn.initializers.xavier_uniform(), name='out')(out)
+                           kernel_init=nn.initializers.xavier_uniform(),
+                           dot_general=flat_dot_general, name='out')(out)
 
   def _cached_self_attention(self, query: Array, key: Array, value: Array,
                              mask: Array | None) -> tuple[Array, Array]:
@@ -289,9 +316,11 @@ class FeedForward(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     c = self.config
-    init = nn.initializers.xavier_uniform()
-    h = nn.relu(nn.Dense(c.d_ff, dtype=c.dtype, kernel_init=init, name='w_1')(x))  # [b, t, d_ff]
-    return nn.Dense(c.d_model, dtype=c.dtype, kernel_init=init, name='w_2')(h)  # [b, t, m]
+    dense = lambda features, name: nn.Dense(  # noqa: E731
+        features, dtype=c.dtype, kernel_init=nn.initializers.xavier_uniform(),
+        dot_general=flat_dot_general, name=name)
+    h = nn.relu(dense(c.d_ff, 'w_1')(x))  # [b, t, d_ff]
+    return dense(c.d_model, 'w_2')(h)  # [b, t, m]
 
 
 class SubLayer(nn.Module):

@@ -256,3 +256,65 @@ def test_the_embedding_gradient_does_not_copy_the_logits_gradient():
   assert not copies(loss)
   plain = lambda x, emb: jnp.sum(jax.nn.logsumexp(jnp.einsum('btm,vm->btv', x, emb), axis=-1))  # noqa: E731
   assert copies(plain)  # the copy this avoids: without the custom VJP it is there
+
+
+@pytest.mark.parametrize('lhs_shape, rhs_shape, n', [
+    ((3, 5, 8), (8, 6), 1),  # nn.Dense: [b, t, m] · [m, f] (the FFN)
+    ((3, 5, 8), (8, 2, 4), 1),  # queries, keys, values: [b, t, m] · [m, h, d]
+    ((3, 5, 2, 4), (2, 4, 8), 2),  # the output projection: [b, t, h, d] · [h, d, m]
+])
+def test_flat_dot_general_and_its_gradients_match_numpy(lhs_shape, rhs_shape, n):
+  """The dense layers' 2-D matmul gives lax.dot_general's product and gradients (NumPy,
+  float64): contracting the n trailing axes of x with the n leading axes of W."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=lhs_shape).astype(np.float32)
+  w = rng.normal(size=rhs_shape).astype(np.float32)
+  dims = ((tuple(range(x.ndim - n, x.ndim)), tuple(range(n))), ((), ()))
+  out_shape = lhs_shape[:-n] + rhs_shape[n:]
+  g = rng.normal(size=out_shape).astype(np.float32)  # the cotangent of the output
+
+  def loss(x, w):
+    return jnp.sum(model_lib.flat_dot_general(x, w, dims) * g)
+
+  d_x, d_w = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
+  k = int(np.prod(rhs_shape[:n]))
+  x2, w2 = x.astype(np.float64).reshape(-1, k), w.astype(np.float64).reshape(k, -1)
+  g2 = g.astype(np.float64).reshape(x2.shape[0], -1)
+  out = model_lib.flat_dot_general(x, w, dims)
+  assert out.shape == out_shape
+  np.testing.assert_allclose(out, (x2 @ w2).reshape(out_shape), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(d_x, (g2 @ w2.T).reshape(lhs_shape), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(d_w, (x2.T @ g2).reshape(rhs_shape), rtol=1e-5, atol=1e-5)
+
+
+def test_flat_dot_general_leaves_other_contractions_to_lax():
+  """Batch axes, or contracting axes that are not x's trailing and W's leading ones, go to
+  lax.dot_general as they are."""
+  rng = np.random.default_rng(1)
+  a, b = rng.normal(size=(2, 3, 4)).astype(np.float32), rng.normal(size=(2, 4, 5)).astype(np.float32)
+  batched = (((2,), (1,)), ((0,), (0,)))
+  np.testing.assert_array_equal(model_lib.flat_dot_general(a, b, batched),
+                                jax.lax.dot_general(a, b, batched))
+  c = rng.normal(size=(3, 6)).astype(np.float32)
+  leading = (((1,), (0,)), ((), ()))  # a's middle axis against c's first
+  np.testing.assert_array_equal(model_lib.flat_dot_general(a, c, leading),
+                                jax.lax.dot_general(a, c, leading))
+
+
+def test_dense_gradients_copy_neither_kernel_nor_activations():
+  """On a CPU the 2-D form's gradients read x and W as they are: the 3-D form
+  [b, t, m] · [m, h, d] made XLA copy the kernel transposed ([m, m]) and the activations
+  transposed ([m, b·t]) first (see model.flat_dot_general)."""
+  b, t, m, h, d = 4, 64, 32, 4, 8
+  x, w, g = jnp.ones((b, t, m)), jnp.ones((m, h, d)), jnp.ones((b, t, h, d))
+  dims = (((2,), (0,)), ((), ()))
+
+  def copies(dot_general):
+    f = lambda x, w: jnp.sum(dot_general(x, w, dims) * g)  # noqa: E731
+    hlo = jax.jit(jax.grad(f, argnums=(0, 1))).lower(x, w).compile().as_text()
+    entry = hlo[hlo.index('ENTRY'):]
+    return re.findall(rf'= f32\[(?:{m},{b * t}|{m},{h * d})\]\S* (?:copy|transpose|fusion)\(',
+                      entry)
+
+  assert not copies(model_lib.flat_dot_general)
+  assert copies(jax.lax.dot_general)  # what it avoids: the copies are there without it
