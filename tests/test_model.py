@@ -291,7 +291,8 @@ def test_flat_dot_general_leaves_other_contractions_to_lax():
   """Batch axes, or contracting axes that are not x's trailing and W's leading ones, go to
   lax.dot_general as they are."""
   rng = np.random.default_rng(1)
-  a, b = rng.normal(size=(2, 3, 4)).astype(np.float32), rng.normal(size=(2, 4, 5)).astype(np.float32)
+  a = rng.normal(size=(2, 3, 4)).astype(np.float32)
+  b = rng.normal(size=(2, 4, 5)).astype(np.float32)
   batched = (((2,), (1,)), ((0,), (0,)))
   np.testing.assert_array_equal(model_lib.flat_dot_general(a, b, batched),
                                 jax.lax.dot_general(a, b, batched))
