@@ -1,22 +1,26 @@
 """Train-step speed on this machine: tokens/s and achieved GFLOP/s, as JSON lines.
 
-  python benchmarks/train_step.py [--configs base,demo] [--steps 5]
+  python benchmarks/train_step.py [--configs base,demo] [--steps 5] [--peer [--rounds 3]]
 
 The base config runs the peers' benchmark shape: 32 sentences × 64 source tokens and
 32 × 64 target tokens a step, no padding. FLOPs are XLA's own count of the compiled step.
 The last line is the machine's float32 matmul GFLOP/s, for reference, and `matmul_fraction`
 in each line is the step's share of it. `--peer` times the training step of flax's
-`examples/wmt` (benchmarks/peers/flax_wmt.py) on the same shapes in the same process after
-each config, and prints the ratio: only ratios from one run count on a shared machine.
+`examples/wmt` (benchmarks/peers/flax_wmt.py) on the same shapes in the same process, and
+prints the ratio: only ratios from one run count on a shared machine. `--rounds` > 1
+alternates the two, `steps` steps each a round, so that the machine's slower spells fall on
+both; step_seconds is then the median over all rounds, and each round's ratio is printed.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -44,7 +48,21 @@ def random_batch(rows: int, length: int, vocab_size: int, seed: int = 0) -> dict
   return {'inputs': ids(), 'targets': ids()}
 
 
-def bench_config(name: str, steps: int) -> dict:
+@dataclasses.dataclass
+class Runner:
+  """A compiled step ready to time, `run(state) -> (state, metrics)`, at `state`, with its
+  JSON line's fixed fields: ours (prepare) and the peer's (peers/flax_wmt.prepare) alike."""
+  fields: dict
+  compiled: Any
+  run: Callable
+  state: Any
+  rows: int
+  length: int
+  compile_s: float
+
+
+def prepare(name: str) -> Runner:
+  """Our train step for config `name`, compiled and warmed up by one step."""
   module, rows, length = SHAPES[name]
   config = module.get_config()
   model_config = ModelConfig.from_config(config)
@@ -57,36 +75,51 @@ def bench_config(name: str, steps: int) -> dict:
   compiled = train_fn.lower(state, batch).compile()
   compile_s = time.perf_counter() - t0
   params = int(sum(x.size for x in jax.tree_util.tree_leaves(state.params)))
-  timing = time_steps(compiled, lambda state: compiled(state, batch), state, rows=rows,
-                      length=length, steps=steps, compile_s=compile_s)
-  return {'benchmark': 'train_step', 'config': name, 'params': params} | timing
+  runner = Runner({'benchmark': 'train_step', 'config': name, 'params': params}, compiled,
+                  lambda state: compiled(state, batch), state, rows, length, compile_s)
+  timed_steps(runner, 1)  # warm-up
+  return runner
 
 
-def time_steps(compiled, run: Callable, state, *, rows: int, length: int, steps: int,
-               compile_s: float) -> dict:
-  """One warm-up step, then the median of `steps` timed ones of `run(state) -> (state,
-  metrics)`: the JSON line's figures, for our step and the peer's alike. FLOPs are XLA's
-  count of `compiled`."""
-  cost = compiled.cost_analysis()
-  flops = float((cost[0] if isinstance(cost, list) else cost).get('flops', float('nan')))
-  state, metrics = run(state)  # warm-up
-  jax.block_until_ready(metrics)
+def timed_steps(runner: Runner, steps: int) -> list[float]:
+  """Seconds of each of `steps` steps, run one after another from the runner's state."""
   times = []
   for _ in range(steps):
     t0 = time.perf_counter()
-    state, metrics = run(state)
+    runner.state, metrics = runner.run(runner.state)
     jax.block_until_ready(metrics)
     times.append(time.perf_counter() - t0)
-  step_s = float(np.median(times))
-  tokens = 2 * rows * length
-  return {'batch': f'{rows}x{length}+{rows}x{length}',
-          'step_seconds': round(step_s, 4), 'tokens_per_s': round(tokens / step_s, 1),
-          'target_tokens_per_s': round(tokens / 2 / step_s, 1),
-          'gflop_per_step': round(flops / 1e9, 2), 'gflop_per_s': round(flops / 1e9 / step_s, 1),
-          'compile_seconds': round(compile_s, 1), 'devices': 1,
-          'load_average_1min': round(os.getloadavg()[0], 2),
-          'backend': jax.default_backend(), 'cpu_count': os.cpu_count(),
-          'glibc_tunables': os.environ.get('GLIBC_TUNABLES', '')}  # huge pages or not
+  return times
+
+
+def summary(runner: Runner, rounds: list[list[float]]) -> dict:
+  """The JSON line: the median of every timed step of every round, for our step and the
+  peer's alike; FLOPs are XLA's count of the compiled step."""
+  cost = runner.compiled.cost_analysis()
+  flops = float((cost[0] if isinstance(cost, list) else cost).get('flops', float('nan')))
+  step_s = float(np.median([t for times in rounds for t in times]))
+  tokens = 2 * runner.rows * runner.length
+  return runner.fields | {
+      'batch': f'{runner.rows}x{runner.length}+{runner.rows}x{runner.length}',
+      'step_seconds': round(step_s, 4), 'tokens_per_s': round(tokens / step_s, 1),
+      'target_tokens_per_s': round(tokens / 2 / step_s, 1),
+      'gflop_per_step': round(flops / 1e9, 2), 'gflop_per_s': round(flops / 1e9 / step_s, 1),
+      'round_step_seconds': [round(float(np.median(times)), 4) for times in rounds],
+      'compile_seconds': round(runner.compile_s, 1), 'devices': 1,
+      'load_average_1min': round(os.getloadavg()[0], 2),
+      'backend': jax.default_backend(), 'cpu_count': os.cpu_count(),
+      'glibc_tunables': os.environ.get('GLIBC_TUNABLES', '')}  # huge pages or not
+
+
+def bench(runners: list[Runner], steps: int, rounds: int) -> list[dict]:
+  """`rounds` rounds of `steps` steps of each runner in turn (ours, then the peer's), so
+  that a slower spell of the shared machine slows both, not whichever ran in it alone."""
+  times = [[] for _ in runners]
+  for _ in range(rounds):
+    for runner, runner_times in zip(runners, times, strict=True):
+      runner_times.append(timed_steps(runner, steps))
+  return [summary(runner, runner_times)
+          for runner, runner_times in zip(runners, times, strict=True)]
 
 
 def bench_matmul(n: int = 2048, repeats: int = 10) -> dict:
@@ -104,22 +137,30 @@ def bench_matmul(n: int = 2048, repeats: int = 10) -> dict:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--configs', default='base,demo')
-  parser.add_argument('--steps', type=int, default=5)
+  parser.add_argument('--steps', type=int, default=5, help='timed steps a round')
+  parser.add_argument('--rounds', type=int, default=1, help='rounds, alternating with the peer')
   parser.add_argument('--peer', action='store_true', help="also flax examples/wmt's step")
   args = parser.parse_args()
   matmul = bench_matmul()
   for name in args.configs.split(','):
-    ours = bench_config(name, args.steps)
-    ours['matmul_fraction'] = round(ours['gflop_per_s'] / matmul['gflop_per_s'], 3)
-    print(json.dumps(ours), flush=True)
+    runners = [prepare(name)]
     if args.peer:
       sys.path.insert(0, os.path.join(ROOT, 'benchmarks', 'peers'))
       import flax_wmt  # noqa: PLC0415 -- the peer, only when asked
-      peer = flax_wmt.bench(name, args.steps)
-      print(json.dumps(peer), flush=True)
+      runners.append(flax_wmt.prepare(name))
+    lines = bench(runners, args.steps, args.rounds)
+    lines[0]['matmul_fraction'] = round(lines[0]['gflop_per_s'] / matmul['gflop_per_s'], 3)
+    for line in lines:
+      print(json.dumps(line), flush=True)
+    if args.peer:
+      ours, peer = lines
+      ratios = [p / o for p, o in zip(peer['round_step_seconds'], ours['round_step_seconds'],
+                                      strict=True)]
       print(json.dumps({'benchmark': 'train_step_ratio', 'config': name,
                         't2t_jax_over_flax_examples_wmt': round(
-                            peer['step_seconds'] / ours['step_seconds'], 3)}), flush=True)
+                            peer['step_seconds'] / ours['step_seconds'], 3),
+                        'round_ratios': [round(r, 3) for r in ratios]}), flush=True)
+    del runners, lines  # one config's states at a time
   print(json.dumps(matmul), flush=True)
 
 

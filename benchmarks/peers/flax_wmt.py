@@ -341,9 +341,9 @@ def compile_train_step(config: TransformerConfig) -> Callable:
       donate_argnums=(0,))
 
 
-def bench(config_name: str, steps: int) -> dict:
-  """Compiles the step, runs one warm-up step and `steps` timed ones (timed as
-  benchmarks/train_step.py times ours); the JSON line's dict."""
+def prepare(config_name: str) -> ours.Runner:
+  """The step compiled and warmed up by one step, to be timed as benchmarks/train_step.py
+  times ours (a Runner of it)."""
   shape = SHAPES[config_name]
   rows, length = shape['rows'], shape['length']
   config = model_config(config_name)
@@ -353,10 +353,12 @@ def bench(config_name: str, steps: int) -> dict:
   t0 = time.perf_counter()
   compiled = compile_train_step(config).lower(state, batch, dropout_rng).compile()
   compile_s = time.perf_counter() - t0
-  timing = ours.time_steps(compiled, lambda state: compiled(state, batch, dropout_rng), state,
-                           rows=rows, length=length, steps=steps, compile_s=compile_s)
-  return {'benchmark': 'train_step', 'peer': 'flax_examples_wmt', 'config': config_name,
-          'params': params} | timing
+  fields = {'benchmark': 'train_step', 'peer': 'flax_examples_wmt', 'config': config_name,
+            'params': params}
+  runner = ours.Runner(fields, compiled, lambda state: compiled(state, batch, dropout_rng),
+                       state, rows, length, compile_s)
+  ours.timed_steps(runner, 1)  # warm-up
+  return runner
 
 
 def main() -> None:
@@ -365,7 +367,7 @@ def main() -> None:
   parser.add_argument('--steps', type=int, default=5)
   args = parser.parse_args()
   for name in args.configs.split(','):
-    print(json.dumps(bench(name, args.steps)), flush=True)
+    print(json.dumps(ours.bench([prepare(name)], args.steps, rounds=1)[0]), flush=True)
 
 
 if __name__ == '__main__':
