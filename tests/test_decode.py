@@ -375,11 +375,15 @@ def test_the_decoding_cache_is_not_copied_each_step():
   lowered = decode.beam_search.lower(_params(SMALL, 0), src, config=SMALL, beam_size=4,
                                      early_stop=False)
   length = decode.max_decode_length(src.shape[1], SMALL, 50)
-  cache = f'f32[2,{SMALL.num_heads},{SMALL.key_size},4,{length}]'  # [b, h, d, k, T]
-  copies = lambda text: re.findall(rf'= {re.escape(cache)}\S* copy\(', text)  # noqa: E731
-  assert not copies(lowered.compile().as_text())
-  off = {'xla_cpu_copy_insertion_use_region_analysis': False}
-  assert copies(lowered.compile(compiler_options=off).as_text())
+  h, d = SMALL.num_heads, SMALL.key_size
+  keys = f'f32[2,{h},{d},4,{length}]'  # [b, h, d, k, T]
+  values = f'f32[2,{h},4,{length},{d}]'  # [b, h, k, T, d]
+  copies = lambda text, cache: re.findall(rf'= {re.escape(cache)}\S* copy\(', text)  # noqa: E731
+  compiled = lowered.compile().as_text()
+  assert not copies(compiled, keys) and not copies(compiled, values)
+  off = lowered.compile(
+      compiler_options={'xla_cpu_copy_insertion_use_region_analysis': False}).as_text()
+  assert copies(off, keys) and copies(off, values)
 
 
 # n-best: the n best finished hypotheses of each sentence.
