@@ -167,9 +167,23 @@ def segment_lengths(max_len: int, first: int = 16) -> list[int]:
   return lengths + [max_len]
 
 
+def row_max(x: Array) -> Array:
+  """The maximum over the last axis: jnp.max's values for x without NaN (a maximum is
+  exact in any order), by a reduction whose step is a compare and a select.
+
+  XLA:CPU's own max propagates NaN, and its reduction ran ~4× slower than this one over
+  [64, 4, 37000] (3.7 against 0.9 ms). With it in the log-softmax and the block maxima of
+  `top_k`, base beam decoding went 7.60 -> 7.21 s (64 × 32 tokens, 6 rounds alternating,
+  2026-11-25; ids the same). For a NaN logit, only its own entries come out NaN where
+  jnp.max made the whole row NaN: a model that gives NaN is broken either way.
+  """
+  select_max = lambda a, b: lax.select(a > b, a, b)  # noqa: E731
+  return lax.reduce(x, jnp.array(-jnp.inf, x.dtype), select_max, (x.ndim - 1,))
+
+
 def top_k(x: Array, k: int) -> tuple[Array, Array]:
-  """lax.top_k over the last axis of x [b, n]: the same values and indices, faster for
-  n ≫ k (~3× for beam 4 over a 37k vocabulary on a CPU).
+  """lax.top_k over the last axis of x [b, n] without NaN: the same values and indices,
+  faster for n ≫ k (~3× for beam 4 over a 37k vocabulary on a CPU).
 
   The k largest entries lie in the k blocks (of `block` consecutive entries) with the
   largest maxima, so a max per block, a top-k of those maxima and a top-k within the chosen
@@ -181,7 +195,7 @@ def top_k(x: Array, k: int) -> tuple[Array, Array]:
   if block is None or n < 16 * k * block:
     return lax.top_k(x, k)
   blocks = x.reshape(b, n // block, block)
-  _, chosen = lax.top_k(jnp.max(blocks, axis=-1), k)  # [b, k] block numbers
+  _, chosen = lax.top_k(row_max(blocks), k)  # [b, k] block numbers
   chosen = jnp.sort(chosen, axis=-1)
   candidates = jnp.take_along_axis(blocks, chosen[:, :, None], axis=1).reshape(b, k * block)
   values, within = lax.top_k(candidates, k)  # [b, k]
@@ -191,7 +205,10 @@ def top_k(x: Array, k: int) -> tuple[Array, Array]:
 
 def _next_log_probs(logits: Array, step: Array, limits: Array, eos_id: int) -> Array:
   """log P(next token) [b, k, v] in float32, with PAD banned and EOS forced at the limit."""
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [b, k, v]
+  # jax.nn.log_softmax's arithmetic, with row_max for its jnp.max: the same values.
+  logits = logits.astype(jnp.float32)
+  shifted = logits - row_max(logits)[..., None]  # [b, k, v]
+  logp = shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
   vocab = jnp.arange(logp.shape[-1])
   banned = (vocab == PAD_ID) | ((step + 1 >= limits)[:, None, None] & (vocab != eos_id))
   return jnp.where(banned, NEG_INF, logp)

@@ -367,6 +367,26 @@ def test_top_k_equals_lax_top_k_with_ties(n, k):
     np.testing.assert_array_equal(ours, reference)
 
 
+def test_row_max_and_log_probs_equal_jnp_max_and_log_softmax():
+  """row_max is jnp.max's values (ties, -inf rows, signed zeros, both signs' extremes), and
+  the search's log-probs are jax.nn.log_softmax's, bit for bit."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(6, 3, 37000)).astype(np.float32) * 30
+  x[0] = rng.integers(-2, 3, (3, 37000))  # ties everywhere, zeros among them
+  x[1, 0] = -np.inf
+  x[1, 1, ::2] = -np.inf
+  x[2, 0, 17] = np.finfo(np.float32).max
+  x[2, 1] = np.finfo(np.float32).min
+  x[3] = -0.0
+  np.testing.assert_array_equal(jax.jit(decode.row_max)(x), np.max(x, axis=-1))
+  finite = x[2:]
+  limits = np.full((4,), 100)
+  ours = jax.jit(decode._next_log_probs, static_argnums=3)(finite, 0, limits, EOS)
+  reference = jax.nn.log_softmax(finite, axis=-1)
+  reference = np.where(np.arange(37000) == PAD_ID, -np.inf, reference)
+  np.testing.assert_array_equal(ours, reference)
+
+
 def test_the_decoding_cache_is_not_copied_each_step():
   """xla.CPU_FLAGS' region-based copy insertion: the loops write each layer's cached keys
   and values in place, where XLA's default analysis copied them every step (checked in the
