@@ -147,10 +147,9 @@ def cached_attention(query: Array, key: Array, value: Array, cached_key: Array,
   and cached_value [b, h, n, d], n cache slots: for the two einsums over the cache, the
   layouts XLA:CPU's dots read fastest (the scores Q·K and the weighted sum W·V as plain
   [q, d]·[d, n] and [q, n]·[n, d] products); cache_mask [b, 1, q, n] (True = may attend).
-  Each query
-  attends to the slots the mask allows and to its own new key. The cache is only read,
-  never concatenated with the new key, so XLA can then write the new key into it in place
-  (on a CPU it does so with region-based copy insertion, xla.CPU_FLAGS).
+  Each query attends to the slots the mask allows and to its own new key. The cache is only
+  read, never concatenated with the new key, so XLA can then write the new key into it in
+  place (on a CPU it does so with region-based copy insertion, xla.CPU_FLAGS).
   Returns ([b, q, h, d_v], weights [b, h, q, n + 1]: the own position last).
   """
   scale = 1 / jnp.sqrt(query.shape[-1]).astype(query.dtype)
@@ -287,7 +286,7 @@ class MultiHeadAttention(nn.Module):
     first step's.
     """
     (b, k, h, d_k), d_v = key.shape, value.shape[-1]
-    T = self.cache_length
+    T = self.cache_length  # None once the cache exists: only its creation reads it
     creating = not self.has_variable('cache', 'cached_key')
     cached_key = self.variable('cache', 'cached_key', jnp.zeros, (b, h, d_k, k, T), key.dtype)
     cached_value = self.variable('cache', 'cached_value', jnp.zeros, (b, h, k, T, d_v),
