@@ -385,6 +385,9 @@ def test_row_max_and_log_probs_equal_jnp_max_and_log_softmax():
   reference = jax.nn.log_softmax(finite, axis=-1)
   reference = np.where(np.arange(37000) == PAD_ID, -np.inf, reference)
   np.testing.assert_array_equal(ours, reference)
+  finite[0, 0, 5] = np.nan  # a NaN logit still makes its row's log-probs NaN, as before
+  ours = np.asarray(jax.jit(decode._next_log_probs, static_argnums=3)(finite, 0, limits, EOS))
+  assert np.isnan(np.delete(ours[0, 0], PAD_ID)).all() and not np.isnan(ours[0, 1]).any()
 
 
 def test_the_decoding_cache_is_not_copied_each_step():
