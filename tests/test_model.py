@@ -262,6 +262,7 @@ def test_the_embedding_gradient_does_not_copy_the_logits_gradient():
     ((3, 5, 8), (8, 6), 1),  # nn.Dense: [b, t, m] · [m, f] (the FFN)
     ((3, 5, 8), (8, 2, 4), 1),  # queries, keys, values: [b, t, m] · [m, h, d]
     ((3, 5, 2, 4), (2, 4, 8), 2),  # the output projection: [b, t, h, d] · [h, d, m]
+    ((3, 5, 12), (12, 4), 1),  # a kernel taller than wide (the FFN's W_2): tall_kernel_matmul
 ])
 def test_flat_dot_general_and_its_gradients_match_numpy(lhs_shape, rhs_shape, n):
   """The dense layers' 2-D matmul gives lax.dot_general's product and gradients (NumPy,
@@ -319,3 +320,24 @@ def test_dense_gradients_copy_neither_kernel_nor_activations():
 
   assert not copies(model_lib.flat_dot_general)
   assert copies(jax.lax.dot_general)  # what it avoids: the copies are there without it
+
+
+def test_a_tall_kernels_gradient_is_made_wide_then_transposed():
+  """On a CPU the gradient of a kernel [k, n] with k > n is made as the product [n, k] and
+  transposed (model._tall_kernel_bwd), not by XLA's slower product that writes [k, n]
+  row-major; a square kernel's is left as it is."""
+  rows, k, n = 256, 64, 16
+  dims = (((1,), (0,)), ((), ()))
+
+  def products(dot_general, w):
+    """The (rows, columns) that the compiled gradient's dots write, as laid out in memory."""
+    x, g = jnp.ones((rows, w.shape[0])), jnp.ones((rows, w.shape[1]))
+    f = lambda x, w: jnp.sum(dot_general(x, w, dims) * g)  # noqa: E731
+    hlo = jax.jit(jax.grad(f, argnums=(0, 1))).lower(x, w).compile().as_text()
+    found = re.findall(r'= f32\[(\d+),(\d+)\]\{(\d),\d\} dot\(', hlo)
+    return {(a, b) if minor == '1' else (b, a) for a, b, minor in found}
+
+  assert products(model_lib.flat_dot_general, jnp.ones((k, n))) == {(str(rows), str(k)),
+                                                                     (str(n), str(k))}
+  assert (str(k), str(n)) in products(jax.lax.dot_general, jnp.ones((k, n)))  # what it replaces
+  assert (str(n), str(n)) in products(model_lib.flat_dot_general, jnp.ones((n, n)))
