@@ -201,9 +201,9 @@ def flat_dot_general(lhs: Array, rhs: Array, dimension_numbers: Any, precision: 
   dW = xᵀ g, which XLA:CPU's dots take as they are; the 3-D/4-D forms made it copy the
   kernel transposed for dx and run dW on copies of the activations. Same numbers up to
   summation order. Base train step, one run, alternating (2026-11-24): 2.38 -> 2.19 s
-  (medians of 5 rounds); demo step 0.054 -> 0.047 s. On a CPU a kernel taller than wide
-  (the FFN's W_2) gets its gradient from `tall_kernel_matmul`. Other contractions (with
-  batch axes) go to `lax.dot_general` unchanged.
+  (medians of 5 rounds); demo step 0.054 -> 0.047 s. On a CPU a square or tall kernel
+  gets its gradient from `cpu_matmul`. Other contractions (with batch axes) go to
+  `lax.dot_general` unchanged.
   """
   (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
   n = len(lhs_contract)
@@ -214,9 +214,9 @@ def flat_dot_general(lhs: Array, rhs: Array, dimension_numbers: Any, precision: 
                                preferred_element_type=preferred_element_type)
   k = math.prod(lhs.shape[lhs.ndim - n:])
   x, w = lhs.reshape(-1, k), rhs.reshape(k, -1)  # [rows, k], [k, features]
-  tall = w.shape[0] > w.shape[1] and jax.default_backend() == 'cpu'
-  if tall and precision is None and preferred_element_type is None:
-    out = tall_kernel_matmul(x, w)
+  not_wide = w.shape[0] >= w.shape[1] and jax.default_backend() == 'cpu'
+  if not_wide and precision is None and preferred_element_type is None:
+    out = cpu_matmul(x, w)
   else:
     out = jax.lax.dot(x, w, precision=precision, preferred_element_type=preferred_element_type)
   return out.reshape(*lhs.shape[:lhs.ndim - n], *rhs.shape[n:])  # from [rows, features]
@@ -226,34 +226,46 @@ _CONTRACT_ROWS = (((0,), (0,)), ((), ()))  # [rows, a] · [rows, c] -> [a, c]
 
 
 @jax.custom_vjp
-def tall_kernel_matmul(x: Array, w: Array) -> Array:
-  """x [rows, k] · w [k, n] for a kernel with k > n, with a kernel gradient that XLA:CPU
-  computes faster (see _tall_kernel_bwd)."""
+def cpu_matmul(x: Array, w: Array) -> Array:
+  """x [rows, k] · w [k, n], k >= n, with the kernel gradient in the form XLA:CPU runs
+  fastest (see _cpu_matmul_bwd)."""
   return jax.lax.dot(x, w)
 
 
-def _tall_kernel_fwd(x: Array, w: Array) -> tuple[Array, tuple[Array, Array]]:
+def _cpu_matmul_fwd(x: Array, w: Array) -> tuple[Array, tuple[Array, Array]]:
   return jax.lax.dot(x, w), (x, w)
 
 
-def _tall_kernel_bwd(res: tuple[Array, Array], g: Array) -> tuple[Array, Array]:
-  """The gradients autodiff would give, the kernel's computed as [n, k] then transposed.
+def _cpu_matmul_bwd(res: tuple[Array, Array], g: Array) -> tuple[Array, Array]:
+  """The gradients autodiff would give; the kernel's, d_w = xᵀ g, by another route.
 
-  Both d_w = xᵀ g [k, n] and its transpose gᵀ x contract the rows; XLA:CPU runs either as
-  one Eigen dot, which makes a tall result slowly: for the FFN's W_2 ([2048, 2048]ᵀ ·
-  [2048, 512]) 13.5 ms, against 10.4 ms for the [512, 2048] one and its transpose (4 MB).
-  The barrier keeps XLA from folding the transpose back into the dot. The values are the
-  same: each element is the same sum over the rows. Base train step, one run, 5 rounds
-  alternating (2026-11-25): 2.187 -> 2.143 s (every round faster), and 2.198 -> 2.153 s in
-  a second run; demo 0.0480 -> 0.0463 s; the parameters after 30 steps bitwise the same.
+  Autodiff's xᵀ g contracts the rows, the major axis of both, and XLA:CPU runs it as one
+  Eigen dot: [2048, 512]ᵀ · [2048, 512] at ~350 GFLOP/s, where YNNPACK's dot of a
+  transposed copy runs at ~450; and a tall result ([2048, 2048]ᵀ · [2048, 512], the FFN's
+  W_2) at ~320. So:
+    * a square kernel (the attention projections): x is copied transposed (0.2 ms for
+      [2048, 512]; XLA makes one copy for the projections that share an input, as the
+      query, key and value do) and d_w = xᵀ · g as a plain product: 3 kernels 10.2 -> 7.7 ms;
+    * a tall kernel: d_w = (gᵀ x)ᵀ, whose Eigen dot writes the wide [n, k] (13.5 -> 10.4 ms
+      with the 4 MB transpose).
+  The outer barriers keep XLA from folding the transposes back into the dots; the inner
+  one from fusing x's producer (a layer norm) into the transposed copy, which then runs
+  many times slower. Base train step, one run, alternating (2026-11-25): the tall rule
+  alone 2.187 -> 2.143 s (5 rounds, every round faster; parameters after 30 steps bitwise
+  the same, each element being the same sum); both rules 2.225 -> 2.151 s (6 rounds,
+  every round faster); demo step 0.0478 -> 0.0441 s. Gradients within 1.3e-6 (relative)
+  of autodiff's: YNNPACK sums in another order.
   """
   x, w = res
   d_x = jax.lax.dot_general(g, w, (((1,), (1,)), ((), ())))  # [rows, k]: g wᵀ
+  if w.shape[0] == w.shape[1]:
+    x_t = jax.lax.optimization_barrier(jax.lax.optimization_barrier(x).T)  # [k, rows]
+    return d_x, x_t @ g
   d_w_t = jax.lax.optimization_barrier(jax.lax.dot_general(g, x, _CONTRACT_ROWS))  # [n, k]
   return d_x, d_w_t.T
 
 
-tall_kernel_matmul.defvjp(_tall_kernel_fwd, _tall_kernel_bwd)
+cpu_matmul.defvjp(_cpu_matmul_fwd, _cpu_matmul_bwd)
 
 
 class Dropout(nn.Module):

@@ -262,7 +262,7 @@ def test_the_embedding_gradient_does_not_copy_the_logits_gradient():
     ((3, 5, 8), (8, 6), 1),  # nn.Dense: [b, t, m] · [m, f] (the FFN)
     ((3, 5, 8), (8, 2, 4), 1),  # queries, keys, values: [b, t, m] · [m, h, d]
     ((3, 5, 2, 4), (2, 4, 8), 2),  # the output projection: [b, t, h, d] · [h, d, m]
-    ((3, 5, 12), (12, 4), 1),  # a kernel taller than wide (the FFN's W_2): tall_kernel_matmul
+    ((3, 5, 12), (12, 4), 1),  # a kernel taller than wide (the FFN's W_2): model.cpu_matmul
 ])
 def test_flat_dot_general_and_its_gradients_match_numpy(lhs_shape, rhs_shape, n):
   """The dense layers' 2-D matmul gives lax.dot_general's product and gradients (NumPy,
@@ -305,9 +305,10 @@ def test_flat_dot_general_leaves_other_contractions_to_lax():
 
 def test_dense_gradients_copy_neither_kernel_nor_activations():
   """On a CPU the 2-D form's gradients read x and W as they are: the 3-D form
-  [b, t, m] · [m, h, d] made XLA copy the kernel transposed ([m, m]) and the activations
-  transposed ([m, b·t]) first (see model.flat_dot_general)."""
-  b, t, m, h, d = 4, 64, 32, 4, 8
+  [b, t, m] · [m, h, d] made XLA copy the kernel transposed ([m, h·d]) and the activations
+  transposed ([m, b·t]) first (see model.flat_dot_general). A wide kernel (h·d > m) keeps
+  autodiff's gradients; square and tall ones take other forms (the next test)."""
+  b, t, m, h, d = 4, 64, 32, 4, 16
   x, w, g = jnp.ones((b, t, m)), jnp.ones((m, h, d)), jnp.ones((b, t, h, d))
   dims = (((2,), (0,)), ((), ()))
 
@@ -315,29 +316,39 @@ def test_dense_gradients_copy_neither_kernel_nor_activations():
     f = lambda x, w: jnp.sum(dot_general(x, w, dims) * g)  # noqa: E731
     hlo = jax.jit(jax.grad(f, argnums=(0, 1))).lower(x, w).compile().as_text()
     entry = hlo[hlo.index('ENTRY'):]
-    return re.findall(rf'= f32\[(?:{m},{b * t}|{m},{h * d})\]\S* (?:copy|transpose|fusion)\(',
+    return re.findall(rf'= f32\[(?:{m},{b * t}|{h * d},{m})\]\S* (?:copy|transpose|fusion)\(',
                       entry)
 
   assert not copies(model_lib.flat_dot_general)
   assert copies(jax.lax.dot_general)  # what it avoids: the copies are there without it
 
 
-def test_a_tall_kernels_gradient_is_made_wide_then_transposed():
-  """On a CPU the gradient of a kernel [k, n] with k > n is made as the product [n, k] and
-  transposed (model._tall_kernel_bwd), not by XLA's slower product that writes [k, n]
-  row-major; a square kernel's is left as it is."""
+def test_square_and_tall_kernels_get_their_gradients_in_the_faster_forms():
+  """On a CPU (model._cpu_matmul_bwd) a tall kernel's gradient [k, n] is made as the product
+  [n, k] and transposed, not by a dot that writes [k, n] row-major; a square kernel's is a
+  plain product of x copied transposed, not a dot that contracts the rows of both."""
   rows, k, n = 256, 64, 16
   dims = (((1,), (0,)), ((), ()))
 
-  def products(dot_general, w):
-    """The (rows, columns) that the compiled gradient's dots write, as laid out in memory."""
+  def compiled(dot_general, w):
     x, g = jnp.ones((rows, w.shape[0])), jnp.ones((rows, w.shape[1]))
     f = lambda x, w: jnp.sum(dot_general(x, w, dims) * g)  # noqa: E731
-    hlo = jax.jit(jax.grad(f, argnums=(0, 1))).lower(x, w).compile().as_text()
-    found = re.findall(r'= f32\[(\d+),(\d+)\]\{(\d),\d\} dot\(', hlo)
-    return {(a, b) if minor == '1' else (b, a) for a, b, minor in found}
+    return jax.jit(jax.grad(f, argnums=(0, 1))).lower(x, w).compile().as_text()
 
-  assert products(model_lib.flat_dot_general, jnp.ones((k, n))) == {(str(rows), str(k)),
-                                                                     (str(n), str(k))}
-  assert (str(k), str(n)) in products(jax.lax.dot_general, jnp.ones((k, n)))  # what it replaces
-  assert (str(n), str(n)) in products(model_lib.flat_dot_general, jnp.ones((n, n)))
+  def products(hlo):
+    """The (rows, columns) that the dots write, as laid out in memory."""
+    found = re.findall(r'= f32\[(\d+),(\d+)\]\{(\d),\d\} dot\(', hlo)
+    return {(int(a), int(b)) if minor == '1' else (int(b), int(a)) for a, b, minor in found}
+
+  def contracts_rows(hlo):  # a dot that contracts the major axis of its first operand
+    return 'lhs_contracting_dims={0}' in hlo
+
+  tall, plain_tall = (compiled(f, jnp.ones((k, n))) for f in (model_lib.flat_dot_general,
+                                                             jax.lax.dot_general))
+  assert products(tall) == {(rows, k), (n, k)}
+  assert (k, n) in products(plain_tall)  # what it replaces
+  square, plain_square = (compiled(f, jnp.ones((n, n))) for f in (model_lib.flat_dot_general,
+                                                                 jax.lax.dot_general))
+  assert not contracts_rows(square) and re.search(rf'= f32\[{n},{rows}\]\S* (?:fusion|copy)',
+                                                  square)
+  assert contracts_rows(plain_square)
