@@ -1,6 +1,7 @@
 """Beam-search decoding speed on this machine (§6.1 settings), as JSON lines.
 
   python benchmarks/decode.py [--config base] [--sentences 64] [--uncached-sentences 2]
+                              [--devices N] [--peer]
 
 The base config with random weights decodes `sentences` × 32-token inputs with beam 4,
 α = 0.6. Random weights never reliably emit EOS, so early stopping is off and every
@@ -12,6 +13,10 @@ each step (16, 32, 64 or 82: static shapes, see decode.segment_lengths; a mean o
 positions a step against 41.5 for an exactly growing prefix). It is slow, so it gets fewer
 sentences; the cached search is timed again on that same batch for a like-for-like ratio.
 
+Decoding runs as `--mode=translate` and `--mode=eval` run it: on a CPU, one JAX device per
+core (xla.configure_cpu(decoding=True); `--devices N` for N), each beam-searching its share
+of the sentences (the mesh's data parallelism), and the JSON lines say how many.
+
 `--peer` times the PyTorch peer (benchmarks/peers/torch_decode.py: the same shapes, a
 growing key/value cache reordered each step) in the same process after ours, and prints the
 ratio: only ratios from one run count on a shared machine.
@@ -19,6 +24,7 @@ ratio: only ratios from one run count on a shared machine.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -32,12 +38,13 @@ if __name__ == '__main__':
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from jax.sharding import Mesh  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from experiments import demo, wmt_ende_base  # noqa: E402
 from t2t_jax import decode, xla  # noqa: E402
+from t2t_jax.mesh import AXIS, make_mesh, replicated, shard_batch  # noqa: E402
 from t2t_jax.model import ModelConfig, Transformer  # noqa: E402
-
-xla.configure_cpu()
 
 CONFIGS = {'base': wmt_ende_base, 'demo': demo}
 
@@ -49,15 +56,29 @@ def random_sources(rows: int, length: int, vocab_size: int, seed: int = 0) -> np
   return src
 
 
+def sharded_search(model_config: ModelConfig, args: argparse.Namespace, mesh: Mesh, *,
+                   use_cache: bool):
+  """decode.beam_search as translator.make_sharded_decoder runs it: each device searches its
+  own rows; early stopping off (see above)."""
+  def search(params, src, alpha):
+    return decode.beam_search(params, src, alpha=alpha, config=model_config,
+                              beam_size=args.beam, extra_length=args.extra_length,
+                              early_stop=False, use_cache=use_cache)
+  return jax.jit(jax.shard_map(search, mesh=mesh, in_specs=(P(), P(AXIS), P()),
+                               out_specs=(P(AXIS), P(AXIS)), check_vma=False))
+
+
 def time_decode(params, src: np.ndarray, args: argparse.Namespace, model_config, *,
                 use_cache: bool) -> dict:
   """Compiles once, warms up once, then times `args.repeats` runs (median)."""
-  static = dict(config=model_config, beam_size=args.beam, extra_length=args.extra_length,
-                early_stop=False, use_cache=use_cache)
+  mesh = make_mesh()
+  params, alpha = jax.device_put(params, replicated(mesh)), np.float32(0.6)
+  sharded_src = shard_batch({'src': src}, mesh)['src']
   t0 = time.perf_counter()
-  compiled = decode.beam_search.lower(params, src, alpha=0.6, **static).compile()
+  compiled = sharded_search(model_config, args, mesh, use_cache=use_cache).lower(
+      params, sharded_src, alpha).compile()
   compile_s = time.perf_counter() - t0
-  run = lambda: compiled(params, src, alpha=0.6)  # noqa: E731 -- α is traced, not static
+  run = lambda: compiled(params, sharded_src, alpha)  # noqa: E731 -- α is traced, not static
   jax.block_until_ready(run())  # warm-up
   load = os.getloadavg()[0]  # other processes share the CPU: a high load means slower runs
   walls, cpus = [], []
@@ -71,10 +92,13 @@ def time_decode(params, src: np.ndarray, args: argparse.Namespace, model_config,
   rows, steps = src.shape[0], src.shape[1] + args.extra_length
   return {'benchmark': 'decode', 'config': args.config, 'cache': use_cache,
           'sentences': rows, 'input_tokens': src.shape[1], 'beam_size': args.beam,
+          'devices': mesh.size,
           'steps': steps, 'early_stop': False, 'seconds': round(wall, 3),
           'sentences_per_s': round(rows / wall, 3),
           'output_tokens_per_s': round(rows * steps / wall, 1),
           'best_output_tokens': int((np.asarray(ids) != 0).sum()),
+          # The output itself, to compare runs and code versions by: the same ids, the same hash.
+          'ids_sha1': hashlib.sha1(np.asarray(ids).tobytes()).hexdigest()[:12],
           'cpu_seconds_per_wall_second': round(float(np.median(cpus)) / wall, 2),
           'load_average_1min': round(load, 2),
           'compile_seconds': round(compile_s, 1)}
@@ -89,8 +113,14 @@ def main() -> None:
   parser.add_argument('--extra-length', type=int, default=50)
   parser.add_argument('--uncached-sentences', type=int, default=2, help='0: skip')
   parser.add_argument('--repeats', type=int, default=5)
+  parser.add_argument('--devices', type=int, default=0,
+                      help='CPU devices (0: one per core, as --mode=translate uses)')
   parser.add_argument('--peer', action='store_true', help='also the PyTorch peer')
   args = parser.parse_args()
+  if args.devices:  # an explicit setting wins over configure_cpu's
+    os.environ['XLA_FLAGS'] = (f"{os.environ.get('XLA_FLAGS', '')} "
+                               f'{xla.DEVICE_COUNT_FLAG}={args.devices}')
+  xla.configure_cpu(decoding=True)  # before anything starts JAX's CPU backend
   model_config = ModelConfig.from_config(CONFIGS[args.config].get_config()).replace(
       deterministic=True)
   dummy = np.ones((1, 2), np.int32)
@@ -113,7 +143,7 @@ def main() -> None:
                       't2t_jax_over_pytorch': round(peer['seconds'] / ours['seconds'], 3)}),
           flush=True)
   if args.uncached_sentences:
-    small = src[:args.uncached_sentences]
+    small = src[:max(args.uncached_sentences, jax.device_count())]  # a row for each device
     cached = time_decode(params, small, args, model_config, use_cache=True)
     uncached = time_decode(params, small, args, model_config, use_cache=False)
     steps = small.shape[1] + args.extra_length

@@ -66,6 +66,8 @@ flags.DEFINE_bool('traceback', False, 'Show the full traceback of an error.')
 FLAGS = flags.FLAGS
 # Modes that use a trained run: without --config they read the config it recorded.
 RECORDED_MODES = ('average', 'translate', 'eval', 'attention', 'export')
+# Modes whose work is beam search: on a CPU they run one device per core (xla.configure_cpu).
+DECODING_MODES = ('translate', 'eval')
 # --config.KEY=VALUE overrides given without --config (of the recorded config): absl knows
 # them only as the overrides of a --config file, so _parse_flags takes them out first.
 _recorded_overrides: list[str] = []
@@ -86,7 +88,9 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.get_absl_handler().python_handler.addFilter(_QuietLibraries())
-  xla.configure_cpu()  # before anything starts JAX's CPU backend
+  # Before anything starts JAX's CPU backend; modes that only decode split a CPU into
+  # one device per core (xla.decoding_devices).
+  xla.configure_cpu(decoding=FLAGS.mode in DECODING_MODES)
   try:
     _dispatch()
   except train.StoppedBySignal as e:

@@ -70,10 +70,25 @@ COMMON = ['--config=experiments/demo.py', '--config.dataset=synthetic',
           f'--config.decode_extra_length={_c.decode_extra_length}']
 
 
-def run_main(*args, stdin=None):
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+def run_main(*args, stdin=None, xla_flags='--xla_force_host_platform_device_count=2'):
+  env = dict(os.environ, XLA_FLAGS=xla_flags)
   return subprocess.run([sys.executable, '-m', 't2t_jax.main', *COMMON, *args], cwd=ROOT,
                         env=env, input=stdin, capture_output=True, text=True, timeout=600)
+
+
+def test_translate_splits_a_cpu_into_a_device_per_core(workdir):
+  """Without a device count of the user's, --mode=translate decodes on xla.decoding_devices()
+  CPU devices (one per core, at most MAX_DECODING_DEVICES), each its own rows, and writes
+  what one device writes."""
+  from t2t_jax import xla
+  lines = '5 6 7\n8 9 10 11 12\n13\n6 6 6 6\n7 8\n'
+  split = run_main(f'--workdir={workdir}', '--mode=translate', '--input=-', stdin=lines,
+                   xla_flags='')
+  one = run_main(f'--workdir={workdir}', '--mode=translate', '--input=-', stdin=lines,
+                 xla_flags='--xla_force_host_platform_device_count=1')
+  assert split.returncode == 0 and one.returncode == 0, (split.stderr + one.stderr)[-3000:]
+  assert f'on {xla.decoding_devices()} devices' in split.stderr and 'on 1 devices' in one.stderr
+  assert split.stdout == one.stdout and len(split.stdout.split('\n')) == 6
 
 
 def test_translate_and_eval_modes(workdir, tmp_path):

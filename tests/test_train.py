@@ -374,6 +374,24 @@ def test_cpu_flags_are_added_and_an_explicit_setting_wins(monkeypatch):
                    '--xla_cpu_copy_insertion_use_region_analysis=true']
   xla.configure_cpu()  # idempotent
   assert os.environ['XLA_FLAGS'].split() == flags
+  xla.configure_cpu(decoding=True)  # the user's device count still wins
+  assert os.environ['XLA_FLAGS'].split() == flags
+
+
+def test_decoding_processes_get_a_cpu_device_per_core(monkeypatch):
+  """configure_cpu(decoding=True), for --mode=translate and eval: one CPU device per core this
+  process may use, at most MAX_DECODING_DEVICES; training processes get no device count."""
+  from t2t_jax import xla
+  cores = len(os.sched_getaffinity(0))
+  assert xla.decoding_devices() == max(1, min(cores, xla.MAX_DECODING_DEVICES))
+  monkeypatch.setenv('XLA_FLAGS', '')
+  xla.configure_cpu()
+  assert xla.DEVICE_COUNT_FLAG not in os.environ['XLA_FLAGS']
+  monkeypatch.setenv('XLA_FLAGS', '')
+  xla.configure_cpu(decoding=True)
+  assert f'{xla.DEVICE_COUNT_FLAG}={xla.decoding_devices()}' in os.environ['XLA_FLAGS'].split()
+  monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: set(range(64)))
+  assert xla.decoding_devices() == xla.MAX_DECODING_DEVICES
 
 
 def test_train_step_compiles_with_ynnpack_reductions_unless_the_user_chose(monkeypatch):
