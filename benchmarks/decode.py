@@ -143,7 +143,8 @@ def main() -> None:
                       't2t_jax_over_pytorch': round(peer['seconds'] / ours['seconds'], 3)}),
           flush=True)
   if args.uncached_sentences:
-    small = src[:max(args.uncached_sentences, jax.device_count())]  # a row for each device
+    devices = jax.device_count()  # rows: a multiple of the devices
+    small = src[:-(-args.uncached_sentences // devices) * devices]
     cached = time_decode(params, small, args, model_config, use_cache=True)
     uncached = time_decode(params, small, args, model_config, use_cache=False)
     steps = small.shape[1] + args.extra_length
