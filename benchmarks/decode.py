@@ -39,11 +39,10 @@ if __name__ == '__main__':
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from experiments import demo, wmt_ende_base  # noqa: E402
-from t2t_jax import decode, xla  # noqa: E402
-from t2t_jax.mesh import AXIS, make_mesh, replicated, shard_batch  # noqa: E402
+from t2t_jax import decode, translator, xla  # noqa: E402
+from t2t_jax.mesh import make_mesh, replicated, shard_batch  # noqa: E402
 from t2t_jax.model import ModelConfig, Transformer  # noqa: E402
 
 CONFIGS = {'base': wmt_ende_base, 'demo': demo}
@@ -64,8 +63,7 @@ def sharded_search(model_config: ModelConfig, args: argparse.Namespace, mesh: Me
     return decode.beam_search(params, src, alpha=alpha, config=model_config,
                               beam_size=args.beam, extra_length=args.extra_length,
                               early_stop=False, use_cache=use_cache)
-  return jax.jit(jax.shard_map(search, mesh=mesh, in_specs=(P(), P(AXIS), P()),
-                               out_specs=(P(AXIS), P(AXIS)), check_vma=False))
+  return translator.shard_rows(search, mesh)
 
 
 def time_decode(params, src: np.ndarray, args: argparse.Namespace, model_config, *,

@@ -89,6 +89,12 @@ def make_sharded_decoder(model_config: ModelConfig, config: ml_collections.Confi
                           beam_size=beam_size or config.beam_size, alpha=alpha,
                           extra_length=config.decode_extra_length, n_best=n_best)
     return beams.finished_seq[..., 1:], beams.finished_score
+  return shard_rows(search, mesh)
+
+
+def shard_rows(search: Decoder, mesh: Mesh) -> Decoder:
+  """`search(params, src, alpha) -> (ids, scores)` jitted with each device on its own rows
+  of src (params and alpha replicated)."""
   # Each device's beam search stops when its own sentences are done: no collectives, and
   # no replication to check.
   sharded = jax.shard_map(search, mesh=mesh, in_specs=(P(), P(AXIS), P()),
