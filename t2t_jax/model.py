@@ -602,3 +602,25 @@ def closed_form_param_count(c: ModelConfig) -> int:
   decoder_layer = 2 * attention + ffn + 3 * layer_norm
   positions = 2 * c.max_len * d if c.positional == 'learned' else 0
   return c.vocab_size * d + c.num_layers * (encoder_layer + decoder_layer) + positions
+
+
+def train_step_flops(c: ModelConfig, rows: int, source_length: int, target_length: int) -> int:
+  """The matmul FLOPs of one training step on [rows, source_length] sources and [rows,
+  target_length] targets, from the architecture alone: 3 × the forward pass's (a product's
+  backward pass is two products of its size), 2 FLOPs a multiply-add, padding counted as
+  computed. Forward: every token through the weights it meets (2 × weights a token), plus
+  attention's Q·Kᵀ and weights·V over every key, the causal half included (it is computed,
+  then masked).
+  """
+  m, h, d_k, d_v, s, t = c.d_model, c.num_heads, c.key_size, c.value_size, source_length, \
+      target_length
+  projections = 2 * m * h * (2 * d_k + d_v) + 2 * h * d_v * m  # W^Q, W^K, W^V, W^O
+  ffn = 4 * m * c.d_ff  # W_1, W_2
+  attend = lambda keys: 2 * keys * h * (d_k + d_v)  # noqa: E731  Q·Kᵀ and weights·V, a query
+  encoder_token = projections + ffn + attend(s)
+  # Self-attention, then cross-attention's W^Q and W^O (its W^K, W^V run on the source).
+  decoder_token = projections + attend(t) + 2 * m * h * d_k + 2 * h * d_v * m + attend(s) + ffn
+  cross_kv_source_token = 2 * m * h * (d_k + d_v)
+  forward = rows * (c.num_layers * (s * (encoder_token + cross_kv_source_token)
+                                    + t * decoder_token) + t * 2 * m * c.vocab_size)
+  return 3 * forward

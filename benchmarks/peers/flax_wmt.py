@@ -309,12 +309,12 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_rng: jax.
   return new_state, metrics
 
 
-def model_config(name: str) -> TransformerConfig:
-  s = SHAPES[name]
+def model_config(s: dict, dtype: Any = jnp.float32) -> TransformerConfig:
+  """Their TransformerConfig for shape `s` (a SHAPES entry); `dtype` their compute dtype."""
   return TransformerConfig(
       vocab_size=s['vocab_size'], emb_dim=s['emb_dim'], num_heads=s['num_heads'],
       num_layers=s['num_layers'], qkv_dim=s['emb_dim'], mlp_dim=s['mlp_dim'], max_len=MAX_LEN,
-      dropout_rate=0.1, attention_dropout_rate=0.1, deterministic=False)
+      dropout_rate=0.1, attention_dropout_rate=0.1, deterministic=False, dtype=dtype)
 
 
 def create_state(config: TransformerConfig, rows: int) -> tuple[TrainState, jax.Array]:
@@ -341,12 +341,15 @@ def compile_train_step(config: TransformerConfig) -> Callable:
       donate_argnums=(0,))
 
 
-def prepare(config_name: str) -> ours.Runner:
+def prepare(config_name: str, shape: dict | None = None, dtype: Any = jnp.float32,
+            ) -> ours.Runner:
   """The step compiled and warmed up by one step, to be timed as benchmarks/train_step.py
-  times ours (a Runner of it)."""
-  shape = SHAPES[config_name]
+  times ours (a Runner of it). `shape`: a SHAPES-like dict instead of SHAPES[config_name]
+  (benchmarks/accelerator.py's batches); `dtype`: their compute dtype (bfloat16 on an
+  accelerator, as their configs' use_bfloat16)."""
+  shape = shape or SHAPES[config_name]
   rows, length = shape['rows'], shape['length']
-  config = model_config(config_name)
+  config = model_config(shape, dtype)
   state, dropout_rng = create_state(config, rows)
   params = int(sum(x.size for x in jax.tree_util.tree_leaves(state.params)))
   batch = jax.device_put(ours.random_batch(rows, length, config.vocab_size))
@@ -354,7 +357,7 @@ def prepare(config_name: str) -> ours.Runner:
   compiled = compile_train_step(config).lower(state, batch, dropout_rng).compile()
   compile_s = time.perf_counter() - t0
   fields = {'benchmark': 'train_step', 'peer': 'flax_examples_wmt', 'config': config_name,
-            'params': params}
+            'params': params, 'dtype': jnp.dtype(dtype).name}
   runner = ours.Runner(fields, compiled, lambda state: compiled(state, batch, dropout_rng),
                        state, rows, length, compile_s)
   ours.timed_steps(runner, 1)  # warm-up
