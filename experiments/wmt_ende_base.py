@@ -55,6 +55,9 @@ def get_config() -> ml_collections.ConfigDict:
   # Compute dtype: 'auto' = bfloat16 on GPU/TPU, float32 on CPU (config_lib.compute_dtype);
   # parameters, Adam moments, softmax, layer-norm statistics and the loss stay float32.
   config.model.dtype = 'auto'
+  # Hardware forms (t2t_jax/kernels.py): 'auto' = the CPU forms on a CPU, the plain 'xla'
+  # ones elsewhere; the same model either way.
+  config.model.kernels = 'auto'
 
   # ----- Training (§5.2–§5.4) -----
   config.label_smoothing = 0.1  # ε_ls, §5.4

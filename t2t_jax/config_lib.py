@@ -43,6 +43,8 @@ EVAL_SPLITS = ('dev', 'test')
 DECODE_PARAMS = ('auto', 'averaged', 'checkpoint')
 POSITIONAL = ('sinusoidal', 'learned')  # §3.5; 'learned' is Table 3 row (E)
 COMPUTE_DTYPES = ('float32', 'bfloat16', 'float16')
+# kernels.py's choices of hardware forms; 'auto' is kernel_forms() of the platform.
+KERNEL_FORMS = ('xla', 'cpu')
 EXPERIMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            'experiments')
 
@@ -169,10 +171,13 @@ MODEL_RULES: dict[str, Rule] = {
     'positional': one_of(*POSITIONAL),
     'max_len': POSITIVE_INT,  # positions a learned embedding covers
     'dtype': one_of('auto', *COMPUTE_DTYPES),  # 'auto': compute_dtype()
+    'kernels': one_of('auto', *KERNEL_FORMS),  # 'auto': kernel_forms()
 }
 # A ModelConfig holds the compute dtype itself: ModelConfig.from_config resolved 'auto'.
 CONCRETE_DTYPE = one_of(*COMPUTE_DTYPES, note=" ('auto' is resolved by "
                                                "ModelConfig.from_config)")
+CONCRETE_KERNELS = one_of(*KERNEL_FORMS, note=" ('auto' is resolved by "
+                                              "ModelConfig.from_config)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +219,13 @@ def compute_dtype(backend: str | None = None) -> str:
   return 'float32' if backend == 'cpu' else 'bfloat16'
 
 
+def kernel_forms(backend: str | None = None) -> str:
+  """What config.model.kernels='auto' means (kernels.py): the CPU forms on a CPU, the plain
+  ones, which XLA's GPU and TPU compilers take as they are, elsewhere."""
+  backend = backend or jax.default_backend()
+  return 'cpu' if backend == 'cpu' else 'xla'
+
+
 def validate(config: ml_collections.ConfigDict, mode: str = 'train') -> None:
   """Raises errors.UserError `config.<key>: ...` for the first mistake, before any work.
 
@@ -250,7 +262,8 @@ def check_model(fields: Mapping[str, Any]) -> None:
   if 'vocab_size' not in fields:
     raise _missing('vocab_size', RULES['vocab_size'])
   _check_value('vocab_size', fields['vocab_size'], RULES['vocab_size'])
-  _check_model_values(fields, {**MODEL_RULES, 'dtype': CONCRETE_DTYPE})
+  _check_model_values(fields, {**MODEL_RULES, 'dtype': CONCRETE_DTYPE,
+                               'kernels': CONCRETE_KERNELS})
 
 
 def check_model_keys_known(keys: Iterable[str]) -> None:
@@ -334,8 +347,11 @@ def _check_across_keys(config: ml_collections.ConfigDict) -> None:
 # later mode must use them. Every other key (beam_size, eval_split, the test files,
 # restore_step, ...) may change from one invocation to the next.
 TRAINED_KEYS = ('vocab_size', 'source_lang', 'target_lang', 'model')
-# ...except the compute dtype, which only sets the precision of the arithmetic.
-MAY_DIFFER = frozenset({'config.model.dtype'})
+# ...except the compute dtype, which only sets the precision of the arithmetic, and the
+# hardware forms, which compute the same model.
+MAY_DIFFER = frozenset({'config.model.dtype', 'config.model.kernels'})
+# Model keys added since runs were first recorded: a config.json without one reads as this.
+ADDED_MODEL_KEYS = {'kernels': 'auto'}
 # Keys that act on the invocation that has them (workdir.move_aside, an older checkpoint):
 # a config read back from the workdir has them at their defaults.
 PER_INVOCATION = {'restart': False, 'restore_step': 0}
@@ -348,6 +364,10 @@ def from_recorded(recorded: Mapping[str, Any], overrides: Sequence[str],
   the recorded run (check_against_recorded)."""
   config = ml_collections.ConfigDict(dict(recorded))
   config.update(PER_INVOCATION)
+  if isinstance(config.get('model'), ml_collections.ConfigDict):
+    for key, value in ADDED_MODEL_KEYS.items():
+      if key not in config.model:
+        config.model[key] = value
   for override in overrides:
     path, equals, text_value = override.partition('=')
     if not equals or not path.startswith('config.'):

@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from t2t_jax import kernels
 from t2t_jax.model import ModelConfig, Transformer
 from t2t_jax.tokenizer import EOS_ID, PAD_ID
 
@@ -167,44 +168,10 @@ def segment_lengths(max_len: int, first: int = 16) -> list[int]:
   return lengths + [max_len]
 
 
-def row_max(x: Array) -> Array:
-  """The maximum over the last axis: jnp.max's values for x without NaN (a maximum is
-  exact in any order), by a reduction whose step is a compare and a select.
-
-  XLA:CPU's own max propagates NaN, and its reduction ran ~4× slower than this one over
-  [64, 4, 37000] (3.7 against 0.9 ms). With it in the log-softmax and the block maxima of
-  `top_k`, base beam decoding went 7.60 -> 7.21 s (64 × 32 tokens, 6 rounds alternating,
-  2026-11-25; ids the same). A NaN may not come out as the maximum; in the log-softmax a NaN
-  logit still makes its whole row NaN, through the sum of exponentials, as before.
-  """
-  select_max = lambda a, b: lax.select(a > b, a, b)  # noqa: E731
-  return lax.reduce(x, jnp.array(-jnp.inf, x.dtype), select_max, (x.ndim - 1,))
-
-
-def top_k(x: Array, k: int) -> tuple[Array, Array]:
-  """lax.top_k over the last axis of x [b, n] without NaN: the same values and indices,
-  faster for n ≫ k (~3× for beam 4 over a 37k vocabulary on a CPU).
-
-  The k largest entries lie in the k blocks (of `block` consecutive entries) with the
-  largest maxima, so a max per block, a top-k of those maxima and a top-k within the chosen
-  blocks finds them. Taking the chosen blocks in index order keeps lax.top_k's order for
-  ties (lower index first).
-  """
-  b, n = x.shape
-  block = next((d for d in range(512, 63, -1) if n % d == 0), None)
-  if block is None or n < 16 * k * block:
-    return lax.top_k(x, k)
-  blocks = x.reshape(b, n // block, block)
-  _, chosen = lax.top_k(row_max(blocks), k)  # [b, k] block numbers
-  chosen = jnp.sort(chosen, axis=-1)
-  candidates = jnp.take_along_axis(blocks, chosen[:, :, None], axis=1).reshape(b, k * block)
-  values, within = lax.top_k(candidates, k)  # [b, k]
-  index = jnp.take_along_axis(chosen, within // block, axis=1) * block + within % block
-  return values, index
-
-
-def _next_log_probs(logits: Array, step: Array, limits: Array, eos_id: int) -> Array:
-  """log P(next token) [b, k, v] in float32, with PAD banned and EOS forced at the limit."""
+def _next_log_probs(logits: Array, step: Array, limits: Array, eos_id: int,
+                    row_max: Callable[[Array], Array] = kernels.xla_row_max) -> Array:
+  """log P(next token) [b, k, v] in float32, with PAD banned and EOS forced at the limit.
+  `row_max`: the hardware form of jnp.max over the last axis (kernels.Kernels.row_max)."""
   # jax.nn.log_softmax's arithmetic, with row_max for its jnp.max: the same values.
   logits = logits.astype(jnp.float32)
   shifted = logits - row_max(logits)[..., None]  # [b, k, v]
@@ -243,9 +210,11 @@ def merge_n_best(finished_seq: Array, finished_score: Array, seqs: Array, scores
 
 
 def _grow(beams: Beams, logp: Array, reorder: Callable[[Any, Array], Any], *,
-          alpha: float | Array, eos_id: int) -> Beams:
+          alpha: float | Array, eos_id: int,
+          top_k: Callable[[Array, int], tuple[Array, Array]] = lax.top_k) -> Beams:
   """One step: extend every live prefix by every token; keep the best live and the n best
-  finished (n = 1: keep_best, the same update for less work than a top-n)."""
+  finished (n = 1: keep_best, the same update for less work than a top-n). `top_k`: the
+  hardware form of lax.top_k over the candidates (kernels.Kernels.top_k)."""
   b, k, v = logp.shape
   t = beams.step
   candidates = (beams.live_logprobs[:, :, None] + logp).reshape(b, k * v)  # [b, k·v]
@@ -355,7 +324,7 @@ def _uncached_step(params: Any, encoded: Array, src: Array, config: ModelConfig,
 
 def _run(beams: Beams, step_fn: StepFn, limits: Array, lengths: list[int], *,
          grow: Callable[[Any, int], Any], reorder: Callable[[Any, Array], Any],
-         alpha: float | Array, eos_id: int, early_stop: bool) -> Beams:
+         alpha: float | Array, eos_id: int, early_stop: bool, forms: kernels.Kernels) -> Beams:
   """The search loop, one `lax.while_loop` per cache length; each stops at its length."""
   for length in lengths:
     def cond(beams: Beams, length: int = length) -> Array:
@@ -364,8 +333,9 @@ def _run(beams: Beams, step_fn: StepFn, limits: Array, lengths: list[int], *,
 
     def body(beams: Beams, length: int = length) -> Beams:
       logits, carry = step_fn(beams.carry, beams.live_seqs, beams.step, length)  # [b, k, v]
-      logp = _next_log_probs(logits, beams.step, limits, eos_id)
-      return _grow(beams._replace(carry=carry), logp, reorder, alpha=alpha, eos_id=eos_id)
+      logp = _next_log_probs(logits, beams.step, limits, eos_id, forms.row_max)
+      return _grow(beams._replace(carry=carry), logp, reorder, alpha=alpha, eos_id=eos_id,
+                   top_k=forms.top_k)
 
     beams = lax.while_loop(cond, body, beams._replace(carry=grow(beams.carry, length)))
   return beams
@@ -401,7 +371,7 @@ def search(params: Any, src: Array, *, config: ModelConfig, beam_size: int = 4,
     grow, reorder = (lambda carry, _: carry), (lambda carry, _: carry)
   beams = _initial_beams(src.shape[0], beam_size, n_best or 1, max_len, carry)
   beams = _run(beams, step_fn, limits, lengths, grow=grow, reorder=reorder, alpha=alpha,
-               eos_id=eos_id, early_stop=early_stop)
+               eos_id=eos_id, early_stop=early_stop, forms=config.forms)
   if n_best is None:  # the single best, without the n axis
     beams = beams._replace(finished_seq=beams.finished_seq[:, 0],
                            finished_score=beams.finished_score[:, 0])

@@ -11,14 +11,20 @@ Choices the paper leaves open (the first and third as in tensor2tensor):
     targets, so its first decoder input is a zero vector (plus the position's sinusoid);
   * the shared embedding is initialised N(0, d_model^-1), so that after the ×√d_model
     of §3.4 token vectors have unit variance, like the sinusoids they are added to;
-  * dropout's random bits come from a counter hash of each call's key (`hash_bits`), not
-    threefry: the same Bernoulli(1 - P_drop) masks in distribution, at a fraction of the
-    cost on a CPU.
+  * with a reduced compute dtype (bfloat16), the pre-softmax logits and attention's
+    Q·Kᵀ / √d_k are still computed into float32 (kernels.einsum_f32), and every softmax
+    runs in float32: a 37000-way softmax over bf16-rounded logits is the largest fidelity
+    risk of bf16.
+
+Hardware forms (a backend's faster way to compute the same thing: dense-layer products,
+dropout bits, the tied logits) come from `kernels.get(config.kernels)` (kernels.py); with
+config.kernels='xla' this file is plain flax and einsum.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -27,7 +33,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from t2t_jax import config_lib
+from t2t_jax import config_lib, kernels
 
 # Padding (0), defined once, with the vocabulary; it doubles as the decoder's start-of-
 # sequence input (§3.1, shift_right). `from t2t_jax.model import PAD_ID` keeps working.
@@ -57,6 +63,7 @@ class ModelConfig:
   positional: str = 'sinusoidal'  # 'sinusoidal' (§3.5) | 'learned' (Table 3 row E)
   max_len: int = 512  # positions a learned embedding covers
   dtype: str = 'float32'  # compute dtype; parameters are always float32
+  kernels: str = 'xla'  # hardware forms (kernels.py): 'xla' (plain) | 'cpu'
   deterministic: bool = False  # True: no dropout
   decode: bool = False  # True: the decoder runs one position at a time from a cache
 
@@ -66,17 +73,26 @@ class ModelConfig:
     config_lib.check_model({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
   @classmethod
-  def from_config(cls, config: ml_collections.ConfigDict) -> ModelConfig:
+  def from_config(cls, config: ml_collections.ConfigDict, platform: str | None = None,
+                  ) -> ModelConfig:
     """The model's dataclass, built straight from config.model (§3, Table 3) and the shared
-    config.vocab_size (§5.1), with dtype 'auto' made this machine's compute dtype
-    (config_lib.compute_dtype). A key of config.model it has no field for is an error
-    (errors.UserError), not silently ignored; config_lib.validate(config, mode) comes first.
+    config.vocab_size (§5.1), with dtype and kernels 'auto' resolved for `platform` ('cpu',
+    'cuda', 'tpu', ...; None: this machine's backend): config_lib.compute_dtype and
+    kernel_forms. A key of config.model it has no field for is an error (errors.UserError),
+    not silently ignored; config_lib.validate(config, mode) comes first.
     """
     config_lib.check_model_keys_known(config.model.keys())
     fields = config.model.to_dict()
     if fields.get('dtype') == 'auto':
-      fields['dtype'] = config_lib.compute_dtype()
+      fields['dtype'] = config_lib.compute_dtype(platform)
+    if fields.get('kernels', 'auto') == 'auto':
+      fields['kernels'] = config_lib.kernel_forms(platform)
     return cls(vocab_size=config.vocab_size, **fields)
+
+  @property
+  def forms(self) -> kernels.Kernels:
+    """The hardware forms config.kernels names (kernels.py)."""
+    return kernels.get(self.kernels)
 
   @property
   def key_size(self) -> int:
@@ -126,11 +142,11 @@ def scaled_dot_product_attention(query: Array, key: Array, value: Array, mask: A
   `kv_layout='bhdk'`: key [b, h, d_k, k] and value [b, h, d_v, k] instead, the layout of
   the decoding cache, which XLA's CPU dot reads fastest (~5× faster than 'bhkd' for a few
   queries over a long key axis).
-  The softmax runs in float32 whatever the compute dtype.
+  The logits and the softmax are float32 whatever the compute dtype.
   """
   d_k = query.shape[-1]
-  logits = jnp.einsum(f'bqhd,{kv_layout}->bhqk', query, key) / jnp.sqrt(d_k).astype(query.dtype)
-  logits = logits.astype(jnp.float32)
+  logits = kernels.einsum_f32(f'bqhd,{kv_layout}->bhqk', query, key) / np.sqrt(
+      d_k).astype(np.float32)
   if mask is not None:
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
   weights = jax.nn.softmax(logits, axis=-1)
@@ -152,11 +168,11 @@ def cached_attention(query: Array, key: Array, value: Array, cached_key: Array,
   place (on a CPU it does so with region-based copy insertion, xla.CPU_FLAGS).
   Returns ([b, q, h, d_v], weights [b, h, q, n + 1]: the own position last).
   """
-  scale = 1 / jnp.sqrt(query.shape[-1]).astype(query.dtype)
-  old = jnp.einsum('bqhd,bhdn->bhqn', query, cached_key) * scale  # [b, h, q, n]
-  old = jnp.where(cache_mask, old.astype(jnp.float32), jnp.finfo(jnp.float32).min)
-  own = jnp.einsum('bqhd,bqhd->bhq', query, key)[..., None] * scale  # [b, h, q, 1]
-  weights = jax.nn.softmax(jnp.concatenate([old, own.astype(jnp.float32)], axis=-1), axis=-1)
+  scale = 1 / np.sqrt(query.shape[-1]).astype(np.float32)
+  old = kernels.einsum_f32('bqhd,bhdn->bhqn', query, cached_key) * scale  # [b, h, q, n]
+  old = jnp.where(cache_mask, old, jnp.finfo(jnp.float32).min)
+  own = kernels.einsum_f32('bqhd,bqhd->bhq', query, key)[..., None] * scale  # [b, h, q, 1]
+  weights = jax.nn.softmax(jnp.concatenate([old, own], axis=-1), axis=-1)
   weights = weights.astype(value.dtype)
   # The values as [b, h, n, d] rather than the keys' [b, h, d, n]: the weighted sum ran ~2×
   # faster alone at n = 256-328, and beam decoding 8.20 -> 7.77 s (base, 64 × 32 tokens,
@@ -168,111 +184,12 @@ def cached_attention(query: Array, key: Array, value: Array, cached_key: Array,
   return out, weights
 
 
-def hash_bits(shape: tuple[int, ...], key: Array) -> Array:
-  """uint32 [shape] pseudo-random bits: element i gets mix(mix(i ^ k0) + k1), (k0, k1) the
-  key's words and mix a bijective 32-bit avalanche hash (Wellons' lowbias32 constants).
-
-  For dropout masks, ~8 integer operations an element where threefry (jax.random.bits) takes
-  ~20 rounds a pair of words: on the 2-core CPU threefry's bits were ~7% of the base train
-  step. Each call's key comes from flax's per-call fold_in (threefry on one key), so masks of
-  different sites, steps and devices are independent streams; within a site, consecutive
-  counters decorrelate through the hash.
-  """
-  def mix(x: Array) -> Array:
-    x = x ^ (x >> 16)
-    x = x * np.uint32(0x21F0AAAD)
-    x = x ^ (x >> 15)
-    x = x * np.uint32(0xD35A2D97)
-    return x ^ (x >> 15)
-  words = jax.random.key_data(key).reshape(-1) if jax.dtypes.issubdtype(
-      key.dtype, jax.dtypes.prng_key) else key.reshape(-1)
-  words = words.astype(jnp.uint32)
-  counter = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
-  return mix(mix(counter ^ words[0]) + words[-1])
-
-
-def flat_dot_general(lhs: Array, rhs: Array, dimension_numbers: Any, precision: Any = None,
-                     preferred_element_type: Any = None) -> Array:
-  """`lax.dot_general` for the dense layers, as one 2-D matmul over the flattened rows.
-
-  A projection [b, t, m] · [m, h, d] (or [b, t, h, d] · [h, d, m]) contracts trailing
-  axes of its input with leading axes of its kernel, so [b·t, m] · [m, h·d] is the same
-  product with free reshapes. Autodiff then gives 2-D gradients too, dx = g Wᵀ and
-  dW = xᵀ g, which XLA:CPU's dots take as they are; the 3-D/4-D forms made it copy the
-  kernel transposed for dx and run dW on copies of the activations. Same numbers up to
-  summation order. Base train step, one run, alternating (2026-11-24): 2.38 -> 2.19 s
-  (medians of 5 rounds); demo step 0.054 -> 0.047 s. On a CPU a square or tall kernel
-  gets its gradient from `cpu_matmul`. Other contractions (with batch axes) go to
-  `lax.dot_general` unchanged.
-  """
-  (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
-  n = len(lhs_contract)
-  trailing = tuple(range(lhs.ndim - n, lhs.ndim))
-  if lhs_batch or rhs_batch or not n or tuple(lhs_contract) != trailing or tuple(
-      rhs_contract) != tuple(range(n)):
-    return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
-                               preferred_element_type=preferred_element_type)
-  k = math.prod(lhs.shape[lhs.ndim - n:])
-  x, w = lhs.reshape(-1, k), rhs.reshape(k, -1)  # [rows, k], [k, features]
-  not_wide = w.shape[0] >= w.shape[1] and jax.default_backend() == 'cpu'
-  if not_wide and precision is None and preferred_element_type is None:
-    out = cpu_matmul(x, w)
-  else:
-    out = jax.lax.dot(x, w, precision=precision, preferred_element_type=preferred_element_type)
-  return out.reshape(*lhs.shape[:lhs.ndim - n], *rhs.shape[n:])  # from [rows, features]
-
-
-_CONTRACT_ROWS = (((0,), (0,)), ((), ()))  # [rows, a] · [rows, c] -> [a, c]
-
-
-@jax.custom_vjp
-def cpu_matmul(x: Array, w: Array) -> Array:
-  """x [rows, k] · w [k, n], k >= n, with the kernel gradient in the form XLA:CPU runs
-  fastest (see _cpu_matmul_bwd)."""
-  return jax.lax.dot(x, w)
-
-
-def _cpu_matmul_fwd(x: Array, w: Array) -> tuple[Array, tuple[Array, Array]]:
-  return jax.lax.dot(x, w), (x, w)
-
-
-def _cpu_matmul_bwd(res: tuple[Array, Array], g: Array) -> tuple[Array, Array]:
-  """The gradients autodiff would give; the kernel's, d_w = xᵀ g, by another route.
-
-  Autodiff's xᵀ g contracts the rows, the major axis of both, and XLA:CPU runs it as one
-  Eigen dot: [2048, 512]ᵀ · [2048, 512] at ~350 GFLOP/s, where YNNPACK's dot of a
-  transposed copy runs at ~450; and a tall result ([2048, 2048]ᵀ · [2048, 512], the FFN's
-  W_2) at ~320. So:
-    * a square kernel (the attention projections): x is copied transposed (0.2 ms for
-      [2048, 512]; XLA makes one copy for the projections that share an input, as the
-      query, key and value do) and d_w = xᵀ · g as a plain product: 3 kernels 10.2 -> 7.7 ms;
-    * a tall kernel: d_w = (gᵀ x)ᵀ, whose Eigen dot writes the wide [n, k] (13.5 -> 10.4 ms
-      with the 4 MB transpose).
-  The outer barriers keep XLA from folding the transposes back into the dots; the inner
-  one from fusing x's producer (a layer norm) into the transposed copy, which then runs
-  many times slower. Base train step, one run, alternating (2026-11-25): the tall rule
-  alone 2.187 -> 2.143 s (5 rounds, every round faster; parameters after 30 steps bitwise
-  the same, each element being the same sum); both rules 2.225 -> 2.151 s (6 rounds,
-  every round faster); demo step 0.0478 -> 0.0441 s. Gradients within 1.3e-6 (relative)
-  of autodiff's: YNNPACK sums in another order.
-  """
-  x, w = res
-  d_x = jax.lax.dot_general(g, w, (((1,), (1,)), ((), ())))  # [rows, k]: g wᵀ
-  if w.shape[0] == w.shape[1]:
-    x_t = jax.lax.optimization_barrier(jax.lax.optimization_barrier(x).T)  # [k, rows]
-    return d_x, x_t @ g
-  d_w_t = jax.lax.optimization_barrier(jax.lax.dot_general(g, x, _CONTRACT_ROWS))  # [n, k]
-  return d_x, d_w_t.T
-
-
-cpu_matmul.defvjp(_cpu_matmul_fwd, _cpu_matmul_bwd)
-
-
 class Dropout(nn.Module):
   """Dropout (Srivastava et al., 2014) as §5.4 applies it: each element kept with
   probability 1 - rate and scaled by 1 / (1 - rate), as flax's nn.Dropout, with the
-  'dropout' RNG stream; only the bits come from `hash_bits` instead of threefry."""
+  'dropout' RNG stream; the random bits from `bits` (config.forms.dropout_bits)."""
   rate: float
+  bits: Callable[[tuple[int, ...], Array], Array]
 
   @nn.compact
   def __call__(self, x: Array, *, deterministic: bool) -> Array:
@@ -281,7 +198,7 @@ class Dropout(nn.Module):
     keep_prob = 1.0 - self.rate
     # keep iff bits < keep_prob · 2^32: exact to 2^-32 (a rate of 0 returned above).
     threshold = np.uint32(min(round(keep_prob * 2.0 ** 32), 2 ** 32 - 1))
-    keep = hash_bits(x.shape, self.make_rng('dropout')) < threshold
+    keep = self.bits(x.shape, self.make_rng('dropout')) < threshold
     return jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype), jnp.zeros_like(x))
 
 
@@ -307,7 +224,7 @@ class MultiHeadAttention(nn.Module):
     c = self.config
     dense = lambda features, name: nn.DenseGeneral(  # noqa: E731
         features, use_bias=False, dtype=c.dtype, kernel_init=nn.initializers.xavier_uniform(),
-        dot_general=flat_dot_general, name=name)
+        dot_general=c.forms.dot_general, name=name)
     query = dense((c.num_heads, c.key_size), 'query')(inputs_q)  # [b, q, h, d_k]
     if c.decode and self.cache == 'cross':
       key, value = self._cross_cache(dense, inputs_kv)  # [b, h, d, s]
@@ -322,7 +239,7 @@ class MultiHeadAttention(nn.Module):
     self.sow('intermediates', 'attention_weights', weights)
     return nn.DenseGeneral(c.d_model, axis=(-2, -1), use_bias=False, dtype=c.dtype,
                            kernel_init=nn.initializers.xavier_uniform(),
-                           dot_general=flat_dot_general, name='out')(out)
+                           dot_general=c.forms.dot_general, name='out')(out)
 
   def _cached_self_attention(self, query: Array, key: Array, value: Array,
                              mask: Array | None) -> tuple[Array, Array]:
@@ -379,7 +296,7 @@ class FeedForward(nn.Module):
     c = self.config
     dense = lambda features, name: nn.Dense(  # noqa: E731
         features, dtype=c.dtype, kernel_init=nn.initializers.xavier_uniform(),
-        dot_general=flat_dot_general, name=name)
+        dot_general=c.forms.dot_general, name=name)
     h = nn.relu(dense(c.d_ff, 'w_1')(x))  # [b, t, d_ff]
     return dense(c.d_model, 'w_2')(h)  # [b, t, m]
 
@@ -391,7 +308,8 @@ class SubLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, sublayer_out: Array) -> Array:
-    y = Dropout(self.config.dropout_rate)(sublayer_out, deterministic=self.config.deterministic)
+    c = self.config
+    y = Dropout(c.dropout_rate, c.forms.dropout_bits)(sublayer_out, deterministic=c.deterministic)
     return nn.LayerNorm(epsilon=1e-6, dtype=self.config.dtype, name='layer_norm')(x + y)
 
 
@@ -422,39 +340,6 @@ class DecoderLayer(nn.Module):
     return SubLayer(c, name='ffn_sublayer')(y, FeedForward(c, name='ffn')(y))
 
 
-@jax.custom_vjp
-def pre_softmax_logits(x: Array, embedding: Array) -> Array:
-  """x [b, t, m] · embedding [v, m]ᵀ -> logits [b, t, v] (§3.4's shared weights), with a
-  gradient that spares a CPU the biggest copy of the train step (see _logits_bwd)."""
-  return jnp.einsum('btm,vm->btv', x, embedding)
-
-
-def _logits_fwd(x: Array, embedding: Array) -> tuple[Array, tuple[Array, Array]]:
-  return pre_softmax_logits(x, embedding), (x, embedding)
-
-
-def _logits_bwd(res: tuple[Array, Array], g: Array) -> tuple[Array, Array]:
-  """The gradients autodiff would give, the embedding's computed as [m, v] then transposed.
-
-  Autodiff's d_embedding [v, m] = gᵀ x contracts the tokens, the major axis of g [b·t, v]:
-  XLA:CPU's YNNPACK dot then copies g whole into [v, b·t] first (the base step's 300 MB,
-  the step's largest copy). As (xᵀ g)ᵀ only x [b·t, m] is copied and the result [m, v]
-  transposed (75 MB); the barrier keeps XLA from folding that transpose back into the dot
-  (it then used a slower transposing dot). Base train step, one run, alternating
-  (2026-11-24): 3.00/3.08/2.81/3.07 -> 2.86/2.78/2.79/2.83 s. Other backends transpose
-  inside their dots: there XLA is left to choose.
-  """
-  x, embedding = res
-  d_x = jnp.einsum('btv,vm->btm', g, embedding)  # [b, t, m]
-  d_embedding_t = jnp.einsum('btm,btv->mv', x, g)  # [m, v]
-  if jax.default_backend() == 'cpu':
-    d_embedding_t = jax.lax.optimization_barrier(d_embedding_t)
-  return d_x, d_embedding_t.T
-
-
-pre_softmax_logits.defvjp(_logits_fwd, _logits_bwd)
-
-
 class SharedEmbedding(nn.Module):
   """One matrix for source embedding, target embedding and pre-softmax projection, §3.4."""
   config: ModelConfig
@@ -471,7 +356,7 @@ class SharedEmbedding(nn.Module):
 
   def logits(self, x: Array) -> Array:
     """[b, t, m] -> [b, t, v] float32: the shared weights as the pre-softmax linear map."""
-    return pre_softmax_logits(x, self.embedding.astype(x.dtype)).astype(jnp.float32)
+    return self.config.forms.tied_logits(x, self.embedding.astype(x.dtype))
 
 
 class InputEmbedding(nn.Module):
@@ -495,7 +380,7 @@ class InputEmbedding(nn.Module):
       pe = nn.Embed(c.max_len, c.d_model, embedding_init=nn.initializers.normal(0.5 ** 0.5),
                     name='learned_positions')(jnp.minimum(positions, c.max_len - 1))
     x = x + pe.astype(x.dtype)
-    return Dropout(c.dropout_rate)(x, deterministic=c.deterministic)
+    return Dropout(c.dropout_rate, c.forms.dropout_bits)(x, deterministic=c.deterministic)
 
 
 class Encoder(nn.Module):

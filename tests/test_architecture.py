@@ -44,8 +44,9 @@ ORDER = [
     't2t_jax.demo_corpus.lexicon', 't2t_jax.demo_corpus.grammar', 't2t_jax.demo_corpus.sampling',
     't2t_jax.demo_corpus.writer', 't2t_jax.demo_corpus', 't2t_jax.demo_corpus.__main__',
     't2t_jax.data',
-    # model (§3), loss and optimizer (§5.3, §5.4)
-    't2t_jax.model', 't2t_jax.losses', 't2t_jax.optim',
+    # hardware forms (one seam for every backend-specific way of computing the same thing),
+    # then the model (§3), loss and optimizer (§5.3, §5.4)
+    't2t_jax.kernels', 't2t_jax.model', 't2t_jax.losses', 't2t_jax.optim',
     # training step (§5), checkpoints and averaging (§5.2, §6.1)
     't2t_jax.mesh', 't2t_jax.train_step', 't2t_jax.checkpoints',
     # decoding and BLEU (§6.1)

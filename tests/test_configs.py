@@ -180,8 +180,8 @@ BAD_VALUES = [
     ('bucket_growth', 0.9), ('bucket_band', -1), ('model', None), ('model.num_layers', 0),
     ('model.d_model', -512), ('model.d_ff', 0), ('model.num_heads', 0), ('model.d_k', 0),
     ('model.d_v', -64), ('model.dropout_rate', 1.0), ('model.positional', 'absolute'),
-    ('model.max_len', 0), ('model.dtype', 'float64'), ('label_smoothing', 1.5),
-    ('label_smoothing', -0.1),
+    ('model.max_len', 0), ('model.dtype', 'float64'), ('model.kernels', 'gpu'),
+    ('label_smoothing', 1.5), ('label_smoothing', -0.1),
     ('num_train_steps', 0), ('num_train_steps', True), ('train_minutes', -1.0),
     ('warmup_steps', 0), ('adam_beta1', 1.0), ('adam_beta2', -0.1), ('adam_eps', 0.0),
     ('learning_rate_scale', -1.0), ('grad_accum_steps', 0), ('grad_accum_steps', True),
@@ -294,14 +294,16 @@ def test_every_experiment_validates_in_every_mode(name, mode):
 @pytest.mark.parametrize('name', sorted(EXPERIMENTS))
 def test_model_config_from_config_is_the_config_model(name):
   """ModelConfig.from_config gives what config_lib.model_config gave: every key of
-  config.model as the field of that name, vocab_size shared, dtype 'auto' resolved."""
+  config.model as the field of that name, vocab_size shared, dtype and kernels 'auto' resolved."""
   config = EXPERIMENTS[name]()
   m = ModelConfig.from_config(config)
   fields = config.model.to_dict()
   if fields['dtype'] == 'auto':
     fields['dtype'] = config_lib.compute_dtype()
+  if fields['kernels'] == 'auto':
+    fields['kernels'] = config_lib.kernel_forms()
   assert m == ModelConfig(vocab_size=config.vocab_size, **fields)
-  assert m.dtype == 'float32'  # 'auto' on the CPU the tests run on
+  assert m.dtype == 'float32' and m.kernels == 'cpu'  # 'auto' on the CPU the tests run on
   assert (m.vocab_size, m.d_model, m.num_layers) == (
       config.vocab_size, config.model.d_model, config.model.num_layers)
   heads = config.model.d_model // config.model.num_heads
@@ -438,6 +440,23 @@ def recorded_demo() -> dict:
   config = demo.get_config()
   config.restore_step, config.restart = 7, True
   return config.to_dict()
+
+
+def test_a_run_recorded_before_model_kernels_existed_reads_as_auto():
+  """config.json of an older run has no model.kernels: it means 'auto', and may be set
+  (hardware forms compute the same model)."""
+  recorded = recorded_demo()
+  del recorded['model']['kernels']
+  config = config_lib.from_recorded(recorded, [], 'DIR/config.json')
+  assert config.model.kernels == 'auto'
+  config_lib.validate(config, 'eval')
+  config = config_lib.from_recorded(recorded, ['config.model.kernels=xla'], 'DIR/config.json')
+  assert ModelConfig.from_config(config).kernels == 'xla'
+  assert ModelConfig.from_config(config, platform='cpu').forms.name == 'xla'
+  config.model.kernels = 'auto'
+  assert ModelConfig.from_config(config, platform='cpu').kernels == 'cpu'
+  assert ModelConfig.from_config(config, platform='cuda').kernels == 'xla'
+  assert ModelConfig.from_config(config, platform='tpu').dtype == 'bfloat16'
 
 
 def test_a_recorded_config_comes_back_with_its_types_and_overrides():

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import decode, synthetic, tokenizer
+from t2t_jax import decode, kernels, synthetic, tokenizer
 from t2t_jax.model import PAD_ID, ModelConfig, Transformer
 
 EOS = decode.EOS_ID
@@ -362,7 +362,7 @@ def test_top_k_equals_lax_top_k_with_ties(n, k):
   x[1] = -np.inf
   x[2, :n // 2] = -np.inf
   x[3] = rng.normal(size=n)
-  for ours, reference in zip(jax.jit(decode.top_k, static_argnames='k')(x, k=k),
+  for ours, reference in zip(jax.jit(kernels.block_top_k, static_argnames='k')(x, k=k),
                              jax.lax.top_k(x, k), strict=True):  # values, then indices
     np.testing.assert_array_equal(ours, reference)
 
@@ -378,15 +378,17 @@ def test_row_max_and_log_probs_equal_jnp_max_and_log_softmax():
   x[2, 0, 17] = np.finfo(np.float32).max
   x[2, 1] = np.finfo(np.float32).min
   x[3] = -0.0
-  np.testing.assert_array_equal(jax.jit(decode.row_max)(x), np.max(x, axis=-1))
+  np.testing.assert_array_equal(jax.jit(kernels.row_max)(x), np.max(x, axis=-1))
   finite = x[2:]
   limits = np.full((4,), 100)
-  ours = jax.jit(decode._next_log_probs, static_argnums=3)(finite, 0, limits, EOS)
+  ours = jax.jit(decode._next_log_probs, static_argnums=(3, 4))(finite, 0, limits, EOS,
+                                                                  kernels.row_max)
   reference = jax.nn.log_softmax(finite, axis=-1)
   reference = np.where(np.arange(37000) == PAD_ID, -np.inf, reference)
   np.testing.assert_array_equal(ours, reference)
   finite[0, 0, 5] = np.nan  # a NaN logit still makes its row's log-probs NaN, as before
-  ours = np.asarray(jax.jit(decode._next_log_probs, static_argnums=3)(finite, 0, limits, EOS))
+  ours = np.asarray(jax.jit(decode._next_log_probs, static_argnums=(3, 4))(
+      finite, 0, limits, EOS, kernels.row_max))
   assert np.isnan(np.delete(ours[0, 0], PAD_ID)).all() and not np.isnan(ours[0, 1]).any()
 
 
