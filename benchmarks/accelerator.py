@@ -161,10 +161,10 @@ def time_steps(step, state, batch, steps: int) -> float:
   return timed(run, steps)
 
 
-def bench_train(size: dict, peak: float, out: str | None) -> list[dict]:
-  """Base and big, bf16 and float32: the steps compiled together, then timed one by one."""
-  prepared = [prepare_train(name, size, dtype)
-              for name in CONFIGS for dtype in ('bfloat16', 'float32')]
+def bench_train(size: dict, peak: float, out: str | None, configs: list[str],
+                dtypes: list[str]) -> list[dict]:
+  """Each config in each dtype: the steps compiled together, then timed one by one."""
+  prepared = [prepare_train(name, size, dtype) for name in configs for dtype in dtypes]
   compiled, compile_s = compile_all([p[1] for p in prepared])
   lines = []
   for (fields, _, state, batch), step, seconds in zip(prepared, compiled, compile_s,
@@ -204,8 +204,9 @@ def bench_peer(size: dict, peak: float, out: str | None) -> list[dict]:
                 'compile_s': round(runner.compile_s, 1)}, out)]
 
 
-def bench_decode(size: dict, out: str | None) -> list[dict]:
-  """Base beam-4 decoding at each sentence count in bf16, and the first count in float32."""
+def bench_decode(size: dict, out: str | None, dtypes: list[str]) -> list[dict]:
+  """Base beam-4 decoding at each sentence count in bf16, and the first count in float32
+  (with float32 in `dtypes`), then the share of the same outputs."""
   mesh = mesh_lib.make_mesh()
   f32 = model_config('base', size, 'float32', deterministic=True)
   dummy = np.ones((1, 2), np.int32)
@@ -213,7 +214,9 @@ def bench_decode(size: dict, out: str | None) -> list[dict]:
       jax.random.PRNGKey(0))
   params = jax.device_put(params, mesh_lib.replicated(mesh))
   alpha, lines, outputs = np.float32(0.6), [], {}
-  runs = [('bfloat16', n) for n in size['sentences']] + [('float32', size['sentences'][0])]
+  runs = [('bfloat16', n) for n in size['sentences']]
+  if 'float32' in dtypes:
+    runs.append(('float32', size['sentences'][0]))
   for dtype, rows in runs:
     c = f32.replace(dtype=dtype)
 
@@ -237,6 +240,8 @@ def bench_decode(size: dict, out: str | None) -> list[dict]:
                        'output_tokens': int((ids != 0).sum()),
                        'compile_s': round(compile_s, 1)}, out))
   first = size['sentences'][0]
+  if ('float32', first) not in outputs:
+    return lines
   same = (outputs['bfloat16', first] == outputs['float32', first]).all(axis=-1)
   lines.append(emit({'part': 'decode_agreement', 'sentences': first,
                      'bf16_ids_equal_float32_share': round(float(same.mean()), 3),
@@ -321,6 +326,9 @@ def main() -> None:
   parser.add_argument('--size', default='auto', choices=('auto', 'full', 'tiny'),
                       help="auto: 'tiny' on a CPU, else 'full'")
   parser.add_argument('--parts', default=','.join(PARTS))
+  parser.add_argument('--configs', default='base,big', help='train: of ' + ','.join(CONFIGS))
+  parser.add_argument('--dtypes', default='bfloat16,float32', help='train and decode')
+  parser.add_argument('--sentences', default='', help='decode: sentence counts (64,512)')
   parser.add_argument('--out', default=None, help='also append the JSON lines to this file')
   parser.add_argument('--probe-compile', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()
@@ -328,7 +336,10 @@ def main() -> None:
       'tiny' if jax.default_backend() == 'cpu' else 'full')
   if args.probe_compile:
     return probe_compile(size_name)
-  size, parts = SIZES[size_name], args.parts.split(',')
+  size, parts = dict(SIZES[size_name]), args.parts.split(',')
+  if args.sentences:
+    size['sentences'] = tuple(int(n) for n in args.sentences.split(','))
+  configs, dtypes = args.configs.split(','), args.dtypes.split(',')
   unknown = sorted(set(parts) - set(PARTS))
   if unknown:
     parser.error(f'--parts: {unknown} not among {PARTS}')
@@ -342,9 +353,9 @@ def main() -> None:
     matmul = bench_matmul(size)
     lines += [emit(line, args.out) for line in matmul]
     peak = matmul[0]['tflop_per_s'] * 1e12
-  benches = {'train': lambda: bench_train(size, peak, args.out),
+  benches = {'train': lambda: bench_train(size, peak, args.out, configs, dtypes),
              'peer': lambda: bench_peer(size, peak, args.out),
-             'decode': lambda: bench_decode(size, args.out),
+             'decode': lambda: bench_decode(size, args.out, dtypes),
              'compile': lambda: bench_compile(size_name, args.out),
              'demo': lambda: bench_demo(size, args.out)}
   for part in PARTS[1:]:

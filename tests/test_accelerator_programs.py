@@ -1,0 +1,172 @@
+"""The programs a GPU and a TPU are given, checked on this CPU.
+
+`jax.export` lowers a jitted function for another platform without its hardware, and
+config 'auto' values resolve for that platform (ModelConfig.from_config(config, platform)),
+so the StableHLO below is what `--config=experiments/wmt_ende_base.py` hands XLA on a GPU or
+TPU: bfloat16, the plain 'xla' forms (kernels.py). Checked, for the base train step
+(grad_accum_steps 1 and 2), the eval step and the beam search at small shapes:
+  * no CPU form: nothing traced under kernels.CPU_SCOPE, no optimization_barrier;
+  * every matmul bf16 × bf16, its result bf16, except the two numerically sensitive ones,
+    float32: the pre-softmax logits and attention's Q·Kᵀ, forward;
+  * the matmuls' FLOPs, summed from the program, equal to model.train_step_flops;
+  * the train state donated (aliased to the new state).
+The oracle for each is independent of the code under test: the program text itself, and
+the architecture's closed-form count.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import re
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from experiments import wmt_ende_base
+from t2t_jax import kernels, optim, train_step, translator
+from t2t_jax import mesh as mesh_lib
+from t2t_jax.model import ModelConfig, Transformer, train_step_flops
+
+PLATFORMS = ('cuda', 'tpu')
+ROWS, LENGTH = 8, 16  # a small batch: 8 × 16 source and target tokens
+# The forward products whose results stay float32 (einsum subscripts' outputs, see model.py):
+# attention logits (training: bhqk; decoding over the cache: bhqn and the own key's bhq) and
+# the tied pre-softmax logits (btv).
+F32_OUTPUTS = ('->bhqk', '->bhqn', '->bhq', '->btv')
+
+DOT = re.compile(r'stablehlo\.dot_general %\S+, %\S+, (?:batching_dims = \[[\d, ]*\] x '
+                 r'\[[\d, ]*\], )?contracting_dims = \[([\d, ]*)\] x \[[\d, ]*\][^:]*: '
+                 r'\(tensor<([^>]*)>, tensor<([^>]*)>\) -> tensor<([^>]*)> loc\((#loc\d+)\)')
+LOC = re.compile(r'^(#loc\d+) = loc\("([^"]*)"', re.M)
+
+
+class Dot(NamedTuple):
+  name: str  # the op's name in the program: module path, einsum subscripts, jvp/transpose
+  dtypes: tuple[str, str, str]  # lhs, rhs, result
+  flops: int
+
+
+def _shape(tensor: str) -> tuple[list[int], str]:
+  *dims, dtype = tensor.split('x')
+  return [int(d) for d in dims], dtype
+
+
+def dots(text: str) -> list[Dot]:
+  """Every dot_general of a StableHLO module, with its name and 2·result·contraction FLOPs."""
+  names = dict(LOC.findall(text))
+  found = []
+  for contract, lhs, rhs, result, loc in DOT.findall(text):
+    (lhs_dims, lhs_dtype), (_, rhs_dtype), (out_dims, out_dtype) = (
+        _shape(lhs), _shape(rhs), _shape(result))
+    k = math.prod(lhs_dims[int(i)] for i in contract.split(',') if i.strip())
+    found.append(Dot(names.get(loc, ''), (lhs_dtype, rhs_dtype, out_dtype),
+                     2 * math.prod(out_dims) * k))
+  return found
+
+
+def base_config(platform: str) -> tuple[ModelConfig, object]:
+  config = wmt_ende_base.get_config()
+  return ModelConfig.from_config(config, platform), config
+
+
+def abstract_state(c: ModelConfig, tx) -> train_step.TrainState:
+  """The train state's shapes and dtypes, nothing allocated."""
+  def init():
+    ids = jnp.ones((1, 1), jnp.int32)
+    params = Transformer(c).init(jax.random.PRNGKey(0), ids, ids)['params']
+    return train_step.TrainState(step=jnp.array(0, jnp.int32), params=params,
+                                 opt_state=tx.init(params), rng=jax.random.PRNGKey(0))
+  return jax.eval_shape(init)
+
+
+def batch_shapes(rows: int = ROWS, length: int = LENGTH) -> dict:
+  return {k: jax.ShapeDtypeStruct((rows, length), jnp.int32) for k in ('inputs', 'targets')}
+
+
+@functools.cache
+def train_program(platform: str, grad_accum_steps: int) -> str:
+  c, config = base_config(platform)
+  tx = optim.make_optimizer(config)
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
+  train, _ = train_step.compile_steps(c, tx, config.label_smoothing, mesh,
+                                      grad_accum_steps=grad_accum_steps)
+  return jax.export.export(train, platforms=[platform])(abstract_state(c, tx),
+                                                         batch_shapes()).mlir_module()
+
+
+def assert_accelerator_forms(text: str) -> list[Dot]:
+  """No CPU form; bf16 products with float32 results only where F32_OUTPUTS says."""
+  assert kernels.CPU_SCOPE not in text
+  assert 'optimization_barrier' not in text
+  found = dots(text)
+  assert found
+  for dot in found:
+    forward_f32 = 'transpose(' not in dot.name and dot.name.split('/')[-2].endswith(F32_OUTPUTS)
+    assert dot.dtypes == ('bf16', 'bf16', 'f32' if forward_f32 else 'bf16'), dot
+  return found
+
+
+@pytest.mark.parametrize('platform', PLATFORMS)
+@pytest.mark.parametrize('grad_accum_steps', [1, 2])
+def test_the_train_step_for_accelerators(platform, grad_accum_steps):
+  text = train_program(platform, grad_accum_steps)
+  found = assert_accelerator_forms(text)
+  outputs = {dot.name.split('/')[-2] for dot in found if dot.dtypes[2] == 'f32'}
+  assert outputs == {'bqhd,bkhd->bhqk', 'btm,vm->btv'}  # both float32, forward
+  c, _ = base_config(platform)
+  # With micro-batches the products run in a loop whose body is one micro-batch's.
+  assert sum(d.flops for d in found) * grad_accum_steps == train_step_flops(
+      c, ROWS, LENGTH, LENGTH)
+  # The state's every array aliased to the new state's: donated, no second copy.
+  leaves = len(jax.tree_util.tree_leaves(abstract_state(c, optim.make_optimizer(
+      wmt_ende_base.get_config()))))
+  main = text[text.index('func.func public @main'):]
+  main = main[:main.index('{\n')]
+  assert len(re.findall(r'tf\.aliasing_output|jax\.buffer_donor', main)) == leaves
+
+
+@pytest.mark.parametrize('platform', PLATFORMS)
+def test_the_eval_step_for_accelerators(platform):
+  c, config = base_config(platform)
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
+  evaluate = train_step.compile_eval_step(c, config.label_smoothing, mesh)
+  params = abstract_state(c, optim.make_optimizer(config)).params
+  text = jax.export.export(evaluate, platforms=[platform])(params, batch_shapes()).mlir_module()
+  found = assert_accelerator_forms(text)
+  assert 3 * sum(d.flops for d in found) == train_step_flops(c, ROWS, LENGTH, LENGTH)
+
+
+@pytest.mark.parametrize('platform', PLATFORMS)
+def test_the_beam_search_for_accelerators(platform):
+  c, config = base_config(platform)
+  config.decode_extra_length = 10
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
+  decoder = translator.make_sharded_decoder(c.replace(deterministic=True), config, mesh)
+  params = abstract_state(c, optim.make_optimizer(config)).params
+  src = jax.ShapeDtypeStruct((4, 12), jnp.int32)
+  text = jax.export.export(decoder, platforms=[platform])(
+      params, src, jax.ShapeDtypeStruct((), jnp.float32)).mlir_module()
+  found = assert_accelerator_forms(text)
+  assert {d.name.split('/')[-2] for d in found if d.dtypes[2] == 'f32'} == {
+      'bqhd,bkhd->bhqk',  # the encoder's self-attention
+      'bqhd,bhdn->bhqn', 'bqhd,bqhd->bhq',  # the decoder's, over its cache and its own key
+      'bqhd,bhdk->bhqk',  # encoder-decoder attention over the cached encoder keys
+      'btm,vm->btv'}
+
+
+def test_the_cpu_program_has_the_cpu_forms_these_tests_look_for():
+  """The same checks see the CPU forms where they are: in the program 'auto' gives a CPU
+  (so an accelerator program that had them would fail above)."""
+  c, config = base_config('cpu')
+  assert c.kernels == 'cpu'
+  tx = optim.make_optimizer(config)
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
+  train, _ = train_step.compile_steps(c.replace(dtype='bfloat16'), tx, config.label_smoothing,
+                                      mesh)
+  text = jax.export.export(train, platforms=['cpu'])(abstract_state(c, tx),
+                                                    batch_shapes()).mlir_module()
+  assert kernels.CPU_SCOPE in text and 'optimization_barrier' in text
+  with pytest.raises(AssertionError):
+    assert_accelerator_forms(text)
