@@ -77,8 +77,14 @@ def emit(line: dict, out: str | None) -> dict:
   return line
 
 
+# config.model.kernels for every model here (--kernels): 'auto', or 'xla' / 'cpu' to compare
+# the hardware forms (t2t_jax/kernels.py) on one machine.
+KERNELS = {'choice': 'auto'}
+
+
 def model_config(name: str, size: dict, dtype: str, **changes) -> ModelConfig:
   config = CONFIGS[name].get_config()
+  config.model.kernels = KERNELS['choice']
   for key, value in size['model'].items():
     config.model[key] = value
   config.vocab_size = size.get('vocab_size', config.vocab_size)
@@ -126,7 +132,7 @@ def prepare_train(name: str, size: dict, dtype: str):
   rows, length = size['rows'], size['length']
   batch = mesh_lib.shard_batch({'inputs': random_ids(rows, length, c.vocab_size, 1),
                                 'targets': random_ids(rows, length, c.vocab_size, 2)}, mesh)
-  fields = {'part': 'train', 'config': name, 'dtype': dtype,
+  fields = {'part': 'train', 'config': name, 'dtype': dtype, 'kernels': c.kernels,
             'batch': f'{rows}x{length}+{rows}x{length}',
             'flops': train_step_flops(c, rows, length, length)}
   return fields, train_fn.lower(state, batch), state, batch
@@ -177,8 +183,8 @@ def bench_train(size: dict, peak: float, out: str | None, configs: list[str],
         'tokens_per_s': round(2 * tokens / step_s),
         'analytic_tflop_per_s': round(flops / step_s / 1e12, 2),
         'fraction_of_peak': round(flops / step_s / peak, 3) if peak else None,
-        'analytic_gflop': round(flops / 1e9, 2),
-        'xla_gflop': round(xla_flops(step) / 1e9, 2),
+        'analytic_gflop': round(flops / 1e9, 4),
+        'xla_gflop': round(xla_flops(step) / 1e9, 4),
         'compile_s_parallel': round(seconds, 1)}, out))
   return lines
 
@@ -232,7 +238,8 @@ def bench_decode(size: dict, out: str | None, dtypes: list[str]) -> list[dict]:
     seconds = timed(lambda: compiled(params, src, alpha), 3)  # noqa: B023
     ids = np.asarray(compiled(params, src, alpha)[0])  # noqa: B023
     outputs[dtype, rows] = ids
-    lines.append(emit({'part': 'decode', 'config': 'base', 'dtype': dtype, 'sentences': rows,
+    lines.append(emit({'part': 'decode', 'config': 'base', 'dtype': dtype, 'kernels': c.kernels,
+                       'sentences': rows,
                        'source_length': size['source_length'], 'beam': 4,
                        'max_steps': size['source_length'] + size['extra_length'],
                        'ms': round(seconds * 1e3, 1),
@@ -329,6 +336,8 @@ def main() -> None:
   parser.add_argument('--configs', default='base,big', help='train: of ' + ','.join(CONFIGS))
   parser.add_argument('--dtypes', default='bfloat16,float32', help='train and decode')
   parser.add_argument('--sentences', default='', help='decode: sentence counts (64,512)')
+  parser.add_argument('--kernels', default='auto', choices=('auto', 'xla', 'cpu'),
+                      help='config.model.kernels of every model (t2t_jax/kernels.py)')
   parser.add_argument('--out', default=None, help='also append the JSON lines to this file')
   parser.add_argument('--probe-compile', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()
@@ -337,6 +346,7 @@ def main() -> None:
   if args.probe_compile:
     return probe_compile(size_name)
   size, parts = dict(SIZES[size_name]), args.parts.split(',')
+  KERNELS['choice'] = args.kernels
   if args.sentences:
     size['sentences'] = tuple(int(n) for n in args.sentences.split(','))
   configs, dtypes = args.configs.split(','), args.dtypes.split(',')

@@ -3,6 +3,13 @@
   python benchmarks/compilation.py [--config=base|big|demo] [--shapes=3] [--band=2] [--growth=1.1]
 
 (--shapes=0: the shape statistics alone.)
+  python benchmarks/compilation.py --sweep [--corpus=wmt|debian] [--shapes-per-minute=N]
+
+--sweep prints the shape statistics for every bucket_band × bucket_growth of SWEEP on one
+corpus (one vocabulary, trained once): the WMT sample, or the EN→FR software messages
+($T2T_DEBIAN_MSGS, train/valid). With --shapes-per-minute (compilations a machine finishes
+a minute, from its cold compile seconds and compile threads) each line also says how long
+compiling the whole epoch's train shapes ahead would take there.
 
 The §5.1 length buckets make every distinct (rows, source length, target length) of the
 training batches, and every (rows, length) of the dev batches, a compilation of the train or
@@ -38,11 +45,26 @@ from t2t_jax import data  # noqa: E402
 CONFIGS = {'base': wmt_ende_base, 'big': wmt_ende_big, 'demo': demo}
 
 
+SWEEP = [(band, growth) for band in (0, 1, 2, 3) for growth in (1.1, 1.25)]
+
+
+def corpus_files(corpus: str) -> tuple[str, str, str, str]:
+  """(train prefix, dev prefix, source language, target language) of a corpus."""
+  if corpus == 'wmt':
+    return wmt_sample.prefix('train'), wmt_sample.prefix('newstest2013'), 'en', 'de'
+  folder = os.environ.get('T2T_DEBIAN_MSGS', '')
+  if not os.path.isfile(os.path.join(folder, 'train.en')):
+    sys.exit(f'{sys.argv[0]}: T2T_DEBIAN_MSGS={folder!r}: set it to the folder of the EN-FR '
+             'software messages (train.en, train.fr, valid.en, valid.fr)')
+  folder = os.path.abspath(folder)
+  return os.path.join(folder, 'train'), os.path.join(folder, 'valid'), 'en', 'fr'
+
+
 def make_config(args: argparse.Namespace):
   config = CONFIGS[args.config].get_config()
   config.dataset = 'files'
-  config.train_files = wmt_sample.prefix('train')
-  config.dev_files = wmt_sample.prefix('newstest2013')
+  train, dev, config.source_lang, config.target_lang = corpus_files(args.corpus)
+  config.train_files, config.dev_files = train, dev
   config.test_files = ''
   config.vocab_size = 8000  # a 10k-pair sample cannot support 37000 pieces
   config.bucket_band, config.bucket_growth = args.band, args.growth
@@ -99,17 +121,36 @@ def run_child(config_name: str, shapes: list, cache: str) -> dict:
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def sweep(args: argparse.Namespace) -> None:
+  """Shapes and padding efficiency of every SWEEP setting, one workdir (one vocabulary)."""
+  with tempfile.TemporaryDirectory() as tmp:
+    for band, growth in SWEEP:
+      args.band, args.growth = band, growth
+      _, stats = epoch_shapes(make_config(args), os.path.join(tmp, 'workdir'))
+      line = {'benchmark': 'compilation', 'what': 'sweep', 'corpus': args.corpus,
+              'bucket_band': band, 'bucket_growth': growth,
+              **{k: round(v, 4) for k, v in stats.items()}}
+      if args.shapes_per_minute:
+        line['compile_ahead_minutes'] = round(stats['train_shapes'] / args.shapes_per_minute, 1)
+      print(json.dumps(line), flush=True)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--config', default='base', choices=sorted(CONFIGS))
   parser.add_argument('--shapes', type=int, default=3)
   parser.add_argument('--band', type=int, default=2)
   parser.add_argument('--growth', type=float, default=1.1)
+  parser.add_argument('--corpus', default='wmt', choices=('wmt', 'debian'))
+  parser.add_argument('--sweep', action='store_true', help='shape statistics for SWEEP')
+  parser.add_argument('--shapes-per-minute', type=float, default=0.0)
   parser.add_argument('--child', default=None, help='(internal)')
   args = parser.parse_args()
   if args.child:
     print(json.dumps(compile_child(*json.loads(args.child))))
     return
+  if args.sweep:
+    return sweep(args)
   config = make_config(args)
   with tempfile.TemporaryDirectory() as tmp:
     shapes, stats = epoch_shapes(config, os.path.join(tmp, 'workdir'))

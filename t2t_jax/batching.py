@@ -283,6 +283,14 @@ class TrainIterator:
                              f'{self.plan(epoch).num_batches} batches')
     self._epoch, self._batch = epoch, batch
 
+  def batch_shapes(self) -> list[tuple[int, int, int]]:
+    """The distinct global batch shapes (rows, S, T), rows padded as the batches are, in
+    the order the batches from the current position on first need them: the rest of this
+    epoch, then its start (every epoch cuts the same cells into the same shapes)."""
+    shapes = np.roll(self.plan(self._epoch).shapes, -self._batch, axis=0)
+    return list(dict.fromkeys((_round_up(int(r), self._row_multiple), int(s), int(t))
+                              for r, s, t in shapes))
+
   def plan(self, epoch: int) -> _Plan:
     """The batches of `epoch`, a pure function of (config.seed, epoch)."""
     if self._plan_epoch != epoch:
@@ -338,6 +346,10 @@ class EvalSet:
       yield {'inputs': _gather(self.encoded, 0, mine, local_rows, length),
              'targets': _gather(self.encoded, 1, mine, local_rows, length),
              'index': index}
+
+  def batch_shapes(self) -> list[tuple[int, int, int]]:
+    """The distinct global shapes (rows, L, L) of `batches()`, in their order."""
+    return list(dict.fromkeys((rows, length, length) for _, rows, length in self._groups()))
 
   def _groups(self) -> Iterator[tuple[np.ndarray, int, int]]:
     """(pairs, rows, L) per batch: buckets in increasing L, sources by length within."""

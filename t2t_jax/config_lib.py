@@ -156,6 +156,7 @@ RULES: dict[str, Rule] = {
     'decode_params': one_of(*DECODE_PARAMS),
     # Plumbing
     'compilation_cache_dir': text(" ('' = no compilation cache)", empty_ok=True),
+    'compile_ahead': BOOL,
 }
 
 # Every key of config.model: the fields of model.ModelConfig but vocab_size (shared with the

@@ -51,6 +51,8 @@ class TrainBatches(Protocol):
   def fingerprint(self) -> str: ...  # identifies data and settings: hosts must agree
   def __iter__(self) -> Iterator[Batch]: ...
   def __next__(self) -> Batch: ...
+  # The distinct global (rows, S, T) from the current position on, in first-need order.
+  def batch_shapes(self) -> list[tuple[int, int, int]]: ...
   def get_state(self) -> dict[str, Any]: ...  # saved with each checkpoint
   def set_state(self, state: dict[str, Any]) -> None: ...  # continues exactly there
 
@@ -62,6 +64,7 @@ class EvalSplit(Protocol):
   references: list[str]
 
   def batches(self) -> Iterator[Batch]: ...
+  def batch_shapes(self) -> list[tuple[int, int, int]]: ...  # global (rows, S, T), in order
 
 
 @dataclasses.dataclass

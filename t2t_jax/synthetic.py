@@ -125,6 +125,11 @@ class SyntheticIterator:
     self._batch_number += 1
     return _process_block(batch, self._multiple, self._process_index, self._process_count)
 
+  def batch_shapes(self) -> list[tuple[int, int, int]]:
+    """The one global batch shape (rows, S, T), padding rows included."""
+    rows, length = -(-self._rows // self._multiple) * self._multiple, self._config.max_length
+    return [(rows, length, length)]
+
   def get_state(self) -> dict:
     return {'batch_number': self._batch_number}
 
@@ -148,6 +153,11 @@ class SyntheticEvalSet:
   @property
   def references(self) -> list[str]:
     return [' '.join(map(str, row[row > EOS_ID])) for row in self.targets]
+
+  def batch_shapes(self) -> list[tuple[int, int, int]]:
+    """The one global shape (rows, S, T) of `batches()`."""
+    rows = -(-len(self.inputs) // self.num_devices) * self.num_devices
+    return [(rows, self.inputs.shape[1], self.targets.shape[1])]
 
   def batches(self) -> Iterator[dict[str, np.ndarray]]:
     """One batch of every pair, padding rows (index -1) up to a multiple of the devices."""

@@ -20,7 +20,17 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh
 
-from t2t_jax import bleu, checkpoints, config_lib, data, distributed, errors, optim, translator
+from t2t_jax import (
+  ahead,
+  bleu,
+  checkpoints,
+  config_lib,
+  data,
+  distributed,
+  errors,
+  optim,
+  translator,
+)
 from t2t_jax import workdir as workdir_lib
 from t2t_jax.mesh import make_mesh, shard_batch
 from t2t_jax.metrics import MetricWriter, Throughput
@@ -141,6 +151,7 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
   workdir_lib.record_invocation(workdir, int(state.step))
   train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh,
                                     grad_accum_steps=config.grad_accum_steps)
+  train_fn, eval_fn, pool = _compile_ahead(config, train_fn, eval_fn, state, datasets, mesh)
   writer, lr_fn = MetricWriter(workdir), optim.learning_rate_schedule(config)
   step, last = int(state.step), config.num_train_steps
   throughput, pending, summary = Throughput(step, last), [], {}
@@ -151,7 +162,7 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
     last = step
   logging.info('Training steps %d..%d on %d devices.', step + 1, last, mesh.size)
   signum = None
-  with StopSignals() as stop:
+  with StopSignals() as stop, ahead.cancelled_on_exit(pool):
     while step < last and signum is None:
       state, metrics = train_fn(state, shard_batch(next(datasets.train), mesh))
       step += 1
@@ -176,10 +187,26 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
         checkpointer.save(state, {**datasets.train.get_state(), TRAIN_SECONDS: clock.seconds()})
   checkpointer.close()
   writer.close()
+  logging.info('Stepping waited %.1f s for compilations (%d times).',
+               train_fn.blocked_s + eval_fn.blocked_s, train_fn.waits + eval_fn.waits)
   _log_summary(summary, step, config.num_train_steps, checkpointer, signum)
   if signum is not None:
     raise StoppedBySignal(signum, step)
   return state
+
+
+def _compile_ahead(config: ml_collections.ConfigDict, train_fn: Callable, eval_fn: Callable,
+                   state: TrainState, datasets: data.Datasets, mesh: Mesh,
+                   ) -> tuple[ahead.Precompiled, ahead.Precompiled, Any]:
+  """The steps as ahead.Precompiled: with config.compile_ahead, every train shape the epoch
+  plan holds, then every dev-loss shape, compiled in background threads from now on."""
+  pool = ahead.make_pool(ahead.default_threads() if config.compile_ahead else 0)
+  train_fn = ahead.Precompiled(train_fn, state, datasets.train.batch_shapes(), mesh, pool=pool,
+                               name='train step')
+  dev_shapes = datasets.dev.batch_shapes() if datasets.dev is not None else []
+  eval_fn = ahead.Precompiled(eval_fn, state.params, dev_shapes, mesh, pool=pool,
+                              name='eval step')
+  return train_fn, eval_fn, pool
 
 
 def _load_data(config: ml_collections.ConfigDict, workdir: str, mesh: Mesh) -> data.Datasets:

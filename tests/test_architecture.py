@@ -48,7 +48,7 @@ ORDER = [
     # then the model (§3), loss and optimizer (§5.3, §5.4)
     't2t_jax.kernels', 't2t_jax.model', 't2t_jax.losses', 't2t_jax.optim',
     # training step (§5), checkpoints and averaging (§5.2, §6.1)
-    't2t_jax.mesh', 't2t_jax.train_step', 't2t_jax.checkpoints',
+    't2t_jax.mesh', 't2t_jax.train_step', 't2t_jax.ahead', 't2t_jax.checkpoints',
     # decoding and BLEU (§6.1)
     't2t_jax.decode', 't2t_jax.translator', 't2t_jax.bleu', 't2t_jax.evaluate',
     't2t_jax.attention_maps', 't2t_jax.export',

@@ -1,0 +1,124 @@
+"""Compiling ahead: every batch shape of a run compiled in background threads before a step
+needs it.
+
+Each distinct batch shape is a compilation of the train step (§5.1's length buckets give a
+WMT run tens of shapes: benchmarks/compilation.py), seconds on a CPU and 15-30 s on a GPU.
+Compiled when first met, they stall stepping again and again until the first epoch has
+met them all. The epoch plan knows the shapes in advance (TrainBatches.batch_shapes), so
+`Precompiled` starts every compilation at once, in the order the batches first need them,
+on `threads` background threads; a step waits only for a compilation still running, and a
+restart reads them from the persistent compilation cache (xla.enable_compilation_cache).
+
+Plumbing: nothing in here changes what is computed. The compiled program of a shape is the
+one `jax.jit` would compile for it, and a shape outside the plan is compiled when met, as
+before.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from absl import logging
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from t2t_jax.mesh import AXIS
+
+BATCH_KEYS = ('inputs', 'targets')
+Shape = tuple[int, int, int]  # global (rows, source length, target length)
+
+
+def default_threads() -> int:
+  """Background compilations at a time: a quarter of the cores (XLA's compiler runs parts of
+  one compilation in parallel too, and the training loop needs its share), 1 to 8."""
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+  return max(1, min(8, (cores or 1) // 4))
+
+
+def _abstract(tree: Any) -> Any:
+  """Shapes, dtypes and shardings of an array tree, holding no buffers (a donated state's
+  stay valid)."""
+  return jax.tree_util.tree_map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding,
+                                     weak_type=getattr(x, 'weak_type', False)), tree)
+
+
+class Precompiled:
+  """`step(fixed, batch)` (a jitted train or eval step) run from executables compiled
+  ahead, one per batch shape; `fixed` (the train state, or the parameters) keeps its
+  shapes from call to call.
+
+  shapes: the global (rows, S, T) of the batches to come, first-needed first, compiled on
+  `pool`'s threads (make_pool) in that order, after what was submitted before them. No pool:
+  each shape is compiled when first met, on the calling thread, as jax.jit does.
+  `blocked_s`: seconds calls spent waiting for a compilation (the cost this removes).
+  """
+
+  def __init__(self, step: Callable, fixed: Any, shapes: Sequence[Shape], mesh: Mesh, *,
+               pool: concurrent.futures.ThreadPoolExecutor | None, name: str):
+    self._step, self._fixed = step, _abstract(fixed)
+    self._sharding = NamedSharding(mesh, P(AXIS))
+    self._compiled: dict[tuple, concurrent.futures.Future] = {}
+    self._lock = threading.Lock()
+    self.blocked_s, self.waits = 0.0, 0
+    for shape in shapes if pool else ():
+      key = ((shape[0], shape[1]), (shape[0], shape[2]))
+      self._compiled[key] = pool.submit(self._compile, key)
+    if pool:
+      logging.info('Compiling the %s for %d batch shapes ahead.', name, len(shapes))
+
+  def _compile(self, key: tuple) -> Any:
+    """The executable for batch arrays of `key`'s shapes (lowered, then compiled)."""
+    batch = {k: jax.ShapeDtypeStruct(shape, np.int32, sharding=self._sharding)
+             for k, shape in zip(BATCH_KEYS, key, strict=True)}
+    return self._step.lower(self._fixed, batch).compile()
+
+  def __call__(self, fixed: Any, batch: dict[str, jax.Array]) -> Any:
+    key = tuple(tuple(batch[k].shape) for k in BATCH_KEYS)
+    with self._lock:
+      future = self._compiled.get(key)
+      if future is None:  # outside the plan (or threads = 0): compile it here, now
+        future = self._compiled[key] = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()
+        mine = True
+      else:
+        mine = False
+    t0 = time.perf_counter()
+    if mine:
+      try:
+        future.set_result(self._compile(key))
+      except BaseException as e:
+        future.set_exception(e)
+    compiled = future.result()
+    waited = time.perf_counter() - t0
+    if waited > 0.05:  # a compilation stood in the way (a dispatch takes microseconds)
+      self.blocked_s, self.waits = self.blocked_s + waited, self.waits + 1
+    return compiled(fixed, {k: batch[k] for k in BATCH_KEYS})
+
+
+
+def make_pool(threads: int) -> concurrent.futures.ThreadPoolExecutor | None:
+  """The background threads Precompiled compiles on (None for threads = 0: compile when met).
+  Training runs inside `cancelled_on_exit(pool)`."""
+  if not threads:
+    return None
+  return concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix='compile_ahead')
+
+
+@contextlib.contextmanager
+def cancelled_on_exit(pool: concurrent.futures.ThreadPoolExecutor | None) -> Iterator[None]:
+  """On leaving, however training ends (its last step, a signal, an error), the
+  compilations not yet started are dropped: the process then exits once the running ones
+  are done, not after every queued shape."""
+  try:
+    yield
+  finally:
+    if pool:
+      pool.shutdown(wait=False, cancel_futures=True)

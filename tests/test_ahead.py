@@ -1,0 +1,91 @@
+"""Compiling ahead (t2t_jax/ahead.py): the shapes the plan promises are the shapes the
+batches have, and a run compiles its steps in background threads, not on the step path,
+with the same results as compiling each shape when met."""
+import json
+import logging
+
+import jax
+import pytest
+
+import test_data  # pytest puts tests/ (no __init__.py) on sys.path
+from t2t_jax import data, train
+
+
+def files_config(tmp_path, **overrides):
+  config = test_data.make_config(tmp_path, bucket_band=0, bucket_growth=1.25,
+                                 checkpoint_every_minutes=0.0, compilation_cache_dir='',
+                                 **overrides)
+  config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4, dropout_rate=0.0)
+  return config
+
+
+def global_shape(batch):
+  return (batch['inputs'].shape[0], batch['inputs'].shape[1], batch['targets'].shape[1])
+
+
+@pytest.mark.parametrize('num_devices,grad_accum_steps', [(1, 1), (8, 2)])
+def test_batch_shapes_are_those_of_the_batches_to_come(tmp_path, num_devices, grad_accum_steps):
+  """From a position mid-epoch: the distinct shapes of the rest of the epoch and of the
+  next one, in the order they first come; the dev set's likewise."""
+  config = files_config(tmp_path)
+  datasets = data.get_datasets(config, str(tmp_path / 'work'), num_devices=num_devices,
+                               grad_accum_steps=grad_accum_steps)
+  batches = datasets.train
+  epoch_length = batches.plan(0).num_batches
+  assert epoch_length > 4
+  batches.set_state({**batches.get_state(), 'epoch': 0, 'batch': 3})
+  promised = batches.batch_shapes()
+  met = [global_shape(next(batches)) for _ in range(2 * epoch_length)]
+  assert promised == list(dict.fromkeys(met))
+  assert len(promised) > 1
+  assert all(rows % (num_devices * grad_accum_steps) == 0 for rows, _, _ in promised)
+  dev = datasets.dev
+  assert dev.batch_shapes() == list(dict.fromkeys(global_shape(b) for b in dev.batches()))
+
+
+class CompileLog(logging.Handler):
+  """The thread of each XLA compilation JAX logs (jax_log_compiles)."""
+
+  def __init__(self):
+    super().__init__()
+    self.records = []
+
+  def emit(self, record):
+    message = record.getMessage()
+    if message.startswith('Finished XLA compilation of'):
+      self.records.append((record.threadName, message.split()[4]))
+
+
+def train_logging_compiles(config, workdir):
+  handler = CompileLog()
+  logger = logging.getLogger('jax')
+  logger.addHandler(handler)
+  # The global setting, not jax.log_compiles(): that one holds for this thread alone.
+  jax.config.update('jax_log_compiles', True)
+  try:
+    train.train_and_evaluate(config, str(workdir))
+  finally:
+    jax.config.update('jax_log_compiles', False)
+    logger.removeHandler(handler)
+  return handler.records, [json.loads(line) for line in open(workdir / 'metrics.jsonl')]
+
+
+def test_a_run_compiles_its_steps_ahead_and_trains_the_same(tmp_path):
+  """With config.compile_ahead, every compilation of the train and eval steps happens on
+  the background threads, none on the training loop's; the metrics are those of a run
+  that compiles each shape when it meets it."""
+  steps = dict(num_train_steps=6, log_every_steps=1, eval_every_steps=3)
+  ahead_run, ahead_metrics = train_logging_compiles(
+      files_config(tmp_path, compile_ahead=True, **steps), tmp_path / 'ahead')
+  met_run, met_metrics = train_logging_compiles(
+      files_config(tmp_path, compile_ahead=False, **steps), tmp_path / 'met')
+  steps_of = lambda run, where: [n for thread, n in run if where(thread)  # noqa: E731
+                                 and ('train_step' in n or 'eval_step' in n)]
+  background = steps_of(ahead_run, lambda t: t.startswith('compile_ahead'))
+  assert any('train_step' in n for n in background)
+  assert any('eval_step' in n for n in background)
+  assert not steps_of(ahead_run, lambda t: not t.startswith('compile_ahead'))
+  assert steps_of(met_run, lambda t: t == 'MainThread')  # without it: on the loop's thread
+  strip = lambda records: [{k: v for k, v in r.items() if not k.endswith('_s')  # noqa: E731
+                            and k != 'eta_minutes'} for r in records]
+  assert strip(ahead_metrics) == strip(met_metrics)
