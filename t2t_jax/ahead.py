@@ -6,7 +6,8 @@ WMT run tens of shapes: benchmarks/compilation.py), seconds on a CPU and 15-30 s
 Compiled when first met, they stall stepping again and again until the first epoch has
 met them all. The epoch plan knows the shapes in advance (TrainBatches.batch_shapes), so
 `Precompiled` starts every compilation at once, in the order the batches first need them,
-on `threads` background threads; a step waits only for a compilation still running, and a
+on `threads` background threads; a step waits only for a compilation already running, a
+shape still queued when a step needs it is compiled at once on the step's thread, and a
 restart reads them from the persistent compilation cache (xla.enable_compilation_cache).
 
 Plumbing: nothing in here changes what is computed. The compiled program of a shape is the
@@ -84,12 +85,12 @@ class Precompiled:
     key = tuple(tuple(batch[k].shape) for k in BATCH_KEYS)
     with self._lock:
       future = self._compiled.get(key)
-      if future is None:  # outside the plan (or threads = 0): compile it here, now
+      # Not started yet (still queued behind other shapes), or outside the plan: compiled
+      # here and now, as jax.jit would, rather than after everything queued before it.
+      mine = future is None or future.cancel()
+      if mine:
         future = self._compiled[key] = concurrent.futures.Future()
         future.set_running_or_notify_cancel()
-        mine = True
-      else:
-        mine = False
     t0 = time.perf_counter()
     if mine:
       try:
@@ -101,7 +102,6 @@ class Precompiled:
     if waited > 0.05:  # a compilation stood in the way (a dispatch takes microseconds)
       self.blocked_s, self.waits = self.blocked_s + waited, self.waits + 1
     return compiled(fixed, {k: batch[k] for k in BATCH_KEYS})
-
 
 
 def make_pool(threads: int) -> concurrent.futures.ThreadPoolExecutor | None:
