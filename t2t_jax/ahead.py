@@ -37,10 +37,12 @@ Shape = tuple[int, int, int]  # global (rows, source length, target length)
 
 
 def default_threads() -> int:
-  """Background compilations at a time: a quarter of the cores (XLA's compiler runs parts of
-  one compilation in parallel too, and the training loop needs its share), 1 to 8."""
+  """Background compilations at a time: a quarter of the cores, at most 8 (XLA's compiler
+  runs parts of one compilation in parallel too, and the training loop needs its share).
+  None below 4 cores: there a compilation beside the step takes the cores the step runs on
+  (XLA:CPU), and shapes are compiled when met."""
   cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-  return max(1, min(8, (cores or 1) // 4))
+  return min(8, (cores or 1) // 4)
 
 
 def _abstract(tree: Any) -> Any:

@@ -3,6 +3,7 @@ batches have, and a run compiles its steps in background threads, not on the ste
 with the same results as compiling each shape when met."""
 import json
 import logging
+import os
 
 import jax
 import numpy as np
@@ -74,6 +75,12 @@ def train_logging_compiles(config, workdir):
   return handler.records, [json.loads(line) for line in open(workdir / 'metrics.jsonl')]
 
 
+def test_no_background_compilation_below_four_cores(monkeypatch):
+  for cores, threads in ((1, 0), (2, 0), (4, 1), (16, 4), (96, 8)):
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda _, n=cores: set(range(n)))
+    assert ahead.default_threads() == threads
+
+
 def test_precompiled_steps_compile_nothing_when_called():
   """Once the background threads are done, a step of a planned shape compiles nothing and
   gives jax.jit's result; a shape outside the plan is compiled when met, on the caller's
@@ -113,10 +120,11 @@ def test_precompiled_steps_compile_nothing_when_called():
   np.testing.assert_array_equal(ours_metrics['loss'], reference_metrics['loss'])
 
 
-def test_a_run_compiles_its_steps_ahead_and_trains_the_same(tmp_path):
+def test_a_run_compiles_its_steps_ahead_and_trains_the_same(tmp_path, monkeypatch):
   """With config.compile_ahead, the train and eval steps are compiled on the background
   threads (a shape the loop needs before its turn is compiled on the loop's thread), and
   the metrics are those of a run that compiles each shape when it meets it."""
+  monkeypatch.setattr(ahead, 'default_threads', lambda: 1)  # as on a 4-core machine
   steps = dict(num_train_steps=6, log_every_steps=1, eval_every_steps=3)
   ahead_run, ahead_metrics = train_logging_compiles(
       files_config(tmp_path, compile_ahead=True, **steps), tmp_path / 'ahead')

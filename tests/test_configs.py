@@ -181,7 +181,7 @@ BAD_VALUES = [
     ('model.d_model', -512), ('model.d_ff', 0), ('model.num_heads', 0), ('model.d_k', 0),
     ('model.d_v', -64), ('model.dropout_rate', 1.0), ('model.positional', 'absolute'),
     ('model.max_len', 0), ('model.dtype', 'float64'), ('model.kernels', 'gpu'),
-    ('compile_ahead', 1),
+    ('compile_ahead', None),
     ('label_smoothing', 1.5), ('label_smoothing', -0.1),
     ('num_train_steps', 0), ('num_train_steps', True), ('train_minutes', -1.0),
     ('warmup_steps', 0), ('adam_beta1', 1.0), ('adam_beta2', -0.1), ('adam_eps', 0.0),
