@@ -22,12 +22,22 @@ config.bucket_growth, this prints JSON lines:
                them in it (warm); and the whole epoch's shapes extrapolated from the mean
 Runs on any backend (the GPU/TPU figures are what the cache is for); the model is
 --config's, in its 'auto' dtype.
+
+  python benchmarks/compilation.py --waits [--config=base] [--steps=200] [--threads=N]
+
+--waits trains --config on the corpus for --steps steps twice, each in a fresh process with
+an empty compilation cache: config.compile_ahead off, then on with --threads background
+threads (default: t2t_jax.ahead.default_threads() of this machine). It prints the seconds
+stepping waited for compilations, as the training log's last lines give them, and the
+training wall time of each.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,6 +131,46 @@ def run_child(config_name: str, shapes: list, cache: str) -> dict:
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def waits_child(config_name: str, corpus: str, steps: int, threads: int, workdir: str) -> None:
+  """In a fresh process: train `steps` steps with compile-ahead on `threads` threads (0: off)."""
+  from absl import logging  # noqa: E402
+
+  from t2t_jax import ahead, train, xla  # noqa: E402
+  logging.set_verbosity(logging.INFO)  # the log's last lines give the waits
+  xla.configure_cpu()
+  config = make_config(argparse.Namespace(config=config_name, corpus=corpus, band=2,
+                                          growth=1.1))
+  config.num_train_steps, config.compile_ahead = steps, threads > 0
+  config.update(eval_every_steps=steps, log_every_steps=max(steps // 10, 1),
+                checkpoint_every_minutes=0.0, compilation_cache_dir='')
+  ahead.default_threads = lambda: threads
+  train.train_and_evaluate(config, workdir)
+
+
+def waits(args: argparse.Namespace) -> None:
+  """Stepping's compile waits with compile-ahead off and on, in fresh processes."""
+  from t2t_jax import ahead  # noqa: E402
+  threads = args.threads if args.threads >= 0 else ahead.default_threads()
+  with tempfile.TemporaryDirectory() as tmp:
+    # One vocabulary and id cache for both runs, made here, untimed.
+    prepared = os.path.join(tmp, 'prepared')
+    data.get_datasets(make_config(args), prepared, num_devices=1)
+    for run_threads in (0, max(threads, 1)):
+      workdir = shutil.copytree(prepared, os.path.join(tmp, f'threads{run_threads}'))
+      start = time.perf_counter()
+      out = subprocess.run([sys.executable, __file__, '--child-waits', json.dumps(
+          [args.config, args.corpus, args.steps, run_threads, workdir])],
+          capture_output=True, text=True, check=True)
+      seconds = time.perf_counter() - start
+      found = re.search(r'Stepping waited ([\d.]+) s for compilations \((\d+) times\)',
+                        out.stderr)
+      print(json.dumps({'benchmark': 'compilation', 'what': 'waits', 'config': args.config,
+                        'corpus': args.corpus, 'steps': args.steps,
+                        'compile_ahead_threads': run_threads,
+                        'stepping_waited_s': float(found[1]), 'waits': int(found[2]),
+                        'process_seconds': round(seconds, 1)}), flush=True)
+
+
 def sweep(args: argparse.Namespace) -> None:
   """Shapes and padding efficiency of every SWEEP setting, one workdir (one vocabulary)."""
   with tempfile.TemporaryDirectory() as tmp:
@@ -144,13 +194,21 @@ def main() -> None:
   parser.add_argument('--corpus', default='wmt', choices=('wmt', 'debian'))
   parser.add_argument('--sweep', action='store_true', help='shape statistics for SWEEP')
   parser.add_argument('--shapes-per-minute', type=float, default=0.0)
+  parser.add_argument('--waits', action='store_true', help='compile waits, ahead off and on')
+  parser.add_argument('--steps', type=int, default=200)
+  parser.add_argument('--threads', type=int, default=-1)
   parser.add_argument('--child', default=None, help='(internal)')
+  parser.add_argument('--child-waits', default=None, help='(internal)')
   args = parser.parse_args()
   if args.child:
     print(json.dumps(compile_child(*json.loads(args.child))))
     return
+  if args.child_waits:
+    return waits_child(*json.loads(args.child_waits))
   if args.sweep:
     return sweep(args)
+  if args.waits:
+    return waits(args)
   config = make_config(args)
   with tempfile.TemporaryDirectory() as tmp:
     shapes, stats = epoch_shapes(config, os.path.join(tmp, 'workdir'))

@@ -9,6 +9,8 @@ met them all. The epoch plan knows the shapes in advance (TrainBatches.batch_sha
 on `threads` background threads; a step waits only for a compilation already running, a
 shape still queued when a step needs it is compiled at once on the step's thread, and a
 restart reads them from the persistent compilation cache (xla.enable_compilation_cache).
+Dev BLEU's beam search is compiled the same way, for the dev set's decoding batches
+(`searches`).
 
 Plumbing: nothing in here changes what is computed. The compiled program of a shape is the
 one `jax.jit` would compile for it, and a shape outside the plan is compiled when met, as
@@ -21,7 +23,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -54,37 +56,34 @@ def _abstract(tree: Any) -> Any:
 
 
 class Precompiled:
-  """`step(fixed, batch)` (a jitted train or eval step) run from executables compiled
-  ahead, one per batch shape; `fixed` (the train state, or the parameters) keeps its
-  shapes from call to call.
+  """`fn(*args)` (a jitted function) run from executables compiled ahead, one per key: the
+  shapes of the arguments that change from call to call (the rest keep theirs).
 
-  shapes: the global (rows, S, T) of the batches to come, first-needed first, compiled on
-  `pool`'s threads (make_pool) in that order, after what was submitted before them. No pool:
-  each shape is compiled when first met, on the calling thread, as jax.jit does.
+  keys: those of the calls to come, first-needed first, compiled on `pool`'s threads
+  (make_pool) in that order, after what was submitted before them; `abstract(key)` gives
+  the abstract arguments a key is compiled for, and `key_of(args)` a call's key. No pool:
+  each key is compiled when first met, on the calling thread, as jax.jit does.
   `blocked_s`: seconds calls spent waiting for a compilation (the cost this removes).
   """
 
-  def __init__(self, step: Callable, fixed: Any, shapes: Sequence[Shape], mesh: Mesh, *,
+  def __init__(self, fn: Callable, keys: Sequence[Hashable],
+               abstract: Callable[[Hashable], tuple], key_of: Callable[[tuple], Hashable], *,
                pool: concurrent.futures.ThreadPoolExecutor | None, name: str):
-    self._step, self._fixed = step, _abstract(fixed)
-    self._sharding = NamedSharding(mesh, P(AXIS))
-    self._compiled: dict[tuple, concurrent.futures.Future] = {}
+    self._fn, self._abstract, self._key_of = fn, abstract, key_of
+    self._compiled: dict[Hashable, concurrent.futures.Future] = {}
     self._lock = threading.Lock()
     self.blocked_s, self.waits = 0.0, 0
-    for shape in shapes if pool else ():
-      key = ((shape[0], shape[1]), (shape[0], shape[2]))
+    for key in dict.fromkeys(keys) if pool else ():
       self._compiled[key] = pool.submit(self._compile, key)
     if pool:
-      logging.info('Compiling the %s for %d batch shapes ahead.', name, len(shapes))
+      logging.info('Compiling the %s for %d shapes ahead.', name, len(self._compiled))
 
-  def _compile(self, key: tuple) -> Any:
-    """The executable for batch arrays of `key`'s shapes (lowered, then compiled)."""
-    batch = {k: jax.ShapeDtypeStruct(shape, np.int32, sharding=self._sharding)
-             for k, shape in zip(BATCH_KEYS, key, strict=True)}
-    return self._step.lower(self._fixed, batch).compile()
+  def _compile(self, key: Hashable) -> Any:
+    """The executable for arguments of `key`'s shapes (lowered, then compiled)."""
+    return self._fn.lower(*self._abstract(key)).compile()
 
-  def __call__(self, fixed: Any, batch: dict[str, jax.Array]) -> Any:
-    key = tuple(tuple(batch[k].shape) for k in BATCH_KEYS)
+  def __call__(self, *args: Any) -> Any:
+    key = self._key_of(args)
     with self._lock:
       future = self._compiled.get(key)
       # Not started yet (still queued behind other shapes), or outside the plan: compiled
@@ -103,7 +102,36 @@ class Precompiled:
     waited = time.perf_counter() - t0
     if waited > 0.05:  # a compilation stood in the way (a dispatch takes microseconds)
       self.blocked_s, self.waits = self.blocked_s + waited, self.waits + 1
-    return compiled(fixed, {k: batch[k] for k in BATCH_KEYS})
+    return compiled(*args)
+
+
+def steps(step: Callable, fixed: Any, shapes: Sequence[Shape], mesh: Mesh, *,
+          pool: concurrent.futures.ThreadPoolExecutor | None, name: str) -> Precompiled:
+  """A train or eval step, `step(fixed, batch)`, compiled ahead for batches of `shapes`:
+  global (rows, S, T). `fixed` (the train state, or the parameters) keeps its shapes."""
+  fixed = _abstract(fixed)
+  sharding = NamedSharding(mesh, P(AXIS))
+
+  def abstract(key: tuple) -> tuple:
+    return fixed, {k: jax.ShapeDtypeStruct(shape, np.int32, sharding=sharding)
+                   for k, shape in zip(BATCH_KEYS, key, strict=True)}
+  return Precompiled(step, [((rows, s), (rows, t)) for rows, s, t in shapes], abstract,
+                     lambda args: tuple(tuple(args[1][k].shape) for k in BATCH_KEYS),
+                     pool=pool, name=name)
+
+
+def searches(search: Callable, params: Any, shapes: Sequence[tuple[int, int]], mesh: Mesh, *,
+             pool: concurrent.futures.ThreadPoolExecutor | None, name: str) -> Precompiled:
+  """A beam search, `search(params, src, alpha)` (translator.make_sharded_decoder), compiled
+  ahead for sources of `shapes`: global (rows, S)."""
+  params = _abstract(params)
+  sharding = NamedSharding(mesh, P(AXIS))
+  alpha = jax.ShapeDtypeStruct((), np.float32)
+
+  def abstract(key: tuple[int, int]) -> tuple:
+    return params, jax.ShapeDtypeStruct(key, np.int32, sharding=sharding), alpha
+  return Precompiled(search, list(shapes), abstract, lambda args: tuple(args[1].shape),
+                     pool=pool, name=name)
 
 
 def make_pool(threads: int) -> concurrent.futures.ThreadPoolExecutor | None:

@@ -151,7 +151,8 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
   workdir_lib.record_invocation(workdir, int(state.step))
   train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh,
                                     grad_accum_steps=config.grad_accum_steps)
-  train_fn, eval_fn, pool = _compile_ahead(config, train_fn, eval_fn, state, datasets, mesh)
+  train_fn, eval_fn, search, pool = _compile_ahead(config, model_config, train_fn, eval_fn,
+                                                   state, datasets, mesh)
   writer, lr_fn = MetricWriter(workdir), optim.learning_rate_schedule(config)
   step, last = int(state.step), config.num_train_steps
   throughput, pending, summary = Throughput(step, last), [], {}
@@ -181,32 +182,43 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
         summary.update(_evaluate_dev(eval_fn, state.params, datasets.dev, mesh, writer, step))
       if datasets.dev is not None and config.eval_bleu_every_steps > 0 and _is_due(
           step, config.eval_bleu_every_steps, last):
-        summary.update(_dev_bleu(config, model_config, state.params, datasets, mesh, writer, step))
+        summary.update(_dev_bleu(config, model_config, search, state.params, datasets, mesh,
+                                 writer, step))
       if save_due or step == last or signum is not None:
         _check_finite(pending, step, checkpointer)
         checkpointer.save(state, {**datasets.train.get_state(), TRAIN_SECONDS: clock.seconds()})
   checkpointer.close()
   writer.close()
+  compiled = [f for f in (train_fn, eval_fn, search) if f is not None]
   logging.info('Stepping waited %.1f s for compilations (%d times).',
-               train_fn.blocked_s + eval_fn.blocked_s, train_fn.waits + eval_fn.waits)
+               sum(f.blocked_s for f in compiled), sum(f.waits for f in compiled))
   _log_summary(summary, step, config.num_train_steps, checkpointer, signum)
   if signum is not None:
     raise StoppedBySignal(signum, step)
   return state
 
 
-def _compile_ahead(config: ml_collections.ConfigDict, train_fn: Callable, eval_fn: Callable,
-                   state: TrainState, datasets: data.Datasets, mesh: Mesh,
-                   ) -> tuple[ahead.Precompiled, ahead.Precompiled, Any]:
-  """The steps as ahead.Precompiled: with config.compile_ahead, every train shape the epoch
-  plan holds, then every dev-loss shape, compiled in background threads from now on."""
+def _compile_ahead(config: ml_collections.ConfigDict, model_config: ModelConfig,
+                   train_fn: Callable, eval_fn: Callable, state: TrainState,
+                   datasets: data.Datasets, mesh: Mesh,
+                   ) -> tuple[ahead.Precompiled, ahead.Precompiled, ahead.Precompiled | None, Any]:
+  """The train step, the eval step and dev BLEU's beam search (None without dev BLEU) as
+  ahead.Precompiled: with config.compile_ahead, every train shape the epoch plan holds, then
+  every dev-loss shape, then every dev decoding batch's, compiled in background threads from
+  now on; and the pool they compile on."""
   pool = ahead.make_pool(ahead.default_threads() if config.compile_ahead else 0)
-  train_fn = ahead.Precompiled(train_fn, state, datasets.train.batch_shapes(), mesh, pool=pool,
-                               name='train step')
+  train_fn = ahead.steps(train_fn, state, datasets.train.batch_shapes(), mesh, pool=pool,
+                         name='train step')
   dev_shapes = datasets.dev.batch_shapes() if datasets.dev is not None else []
-  eval_fn = ahead.Precompiled(eval_fn, state.params, dev_shapes, mesh, pool=pool,
-                              name='eval step')
-  return train_fn, eval_fn, pool
+  eval_fn = ahead.steps(eval_fn, state.params, dev_shapes, mesh, pool=pool, name='eval step')
+  if datasets.dev is None or config.eval_bleu_every_steps <= 0:
+    return train_fn, eval_fn, None, pool
+  _, inputs = translator.encode_inputs(datasets.dev.sources, datasets.tokenizer,
+                                       translator.max_input_length(model_config, config))
+  search = ahead.searches(translator.make_sharded_decoder(model_config, config, mesh),
+                          state.params, translator.batch_shapes(inputs, config, mesh.size),
+                          mesh, pool=pool, name='dev BLEU beam search')
+  return train_fn, eval_fn, search, pool
 
 
 def _load_data(config: ml_collections.ConfigDict, workdir: str, mesh: Mesh) -> data.Datasets:
@@ -316,11 +328,11 @@ def _evaluate_dev(eval_fn: Callable, params: Any, dev: Any, mesh: Mesh, writer: 
   return {f'dev_{k}': v for k, v in metrics.items()}
 
 
-def _dev_bleu(config: ml_collections.ConfigDict, model_config: ModelConfig, params: Any,
-              datasets: Any, mesh: Mesh, writer: MetricWriter, step: int) -> dict[str, float]:
+def _dev_bleu(config: ml_collections.ConfigDict, model_config: ModelConfig, search: Callable,
+              params: Any, datasets: Any, mesh: Mesh, writer: MetricWriter, step: int,
+              ) -> dict[str, float]:
   """Beam-search the dev set with the current parameters; sacreBLEU as `dev_bleu`."""
-  decoder = translator.make_sharded_decoder(model_config, config, mesh)
-  hypotheses = translator.translate(decoder, params, datasets.dev.sources, datasets.tokenizer,
+  hypotheses = translator.translate(search, params, datasets.dev.sources, datasets.tokenizer,
                                     config, mesh,
                                     max_input_length=translator.max_input_length(model_config,
                                                                                  config))

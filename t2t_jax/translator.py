@@ -75,6 +75,16 @@ def decoding_batches(lengths: Sequence[int], *, tokens_per_batch: int, num_devic
       yield members[start:start + rows], rows, int(length)
 
 
+def batch_shapes(token_ids: Sequence[Sequence[int]], config: ml_collections.ConfigDict,
+                 num_devices: int) -> list[tuple[int, int]]:
+  """The global (rows, S) of translate_ids's batches for these inputs, in decoding order:
+  the shapes its beam search is compiled for."""
+  batches = decoding_batches([len(t) for t in token_ids],
+                             tokens_per_batch=config.decode_tokens_per_batch,
+                             num_devices=num_devices, bucket_growth=config.bucket_growth)
+  return [(rows, length) for _, rows, length in batches]
+
+
 def make_sharded_decoder(model_config: ModelConfig, config: ml_collections.ConfigDict,
                          mesh: Mesh, *, beam_size: int | None = None,
                          n_best: int | None = None) -> Decoder:

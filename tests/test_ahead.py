@@ -11,7 +11,7 @@ import pytest
 
 import test_data  # pytest puts tests/ (no __init__.py) on sys.path
 import test_train
-from t2t_jax import ahead, data, optim, synthetic, train, train_step
+from t2t_jax import ahead, data, optim, synthetic, train, train_step, translator
 from t2t_jax import mesh as mesh_lib
 from t2t_jax.model import ModelConfig, Transformer
 
@@ -95,8 +95,8 @@ def test_precompiled_steps_compile_nothing_when_called():
   batches = [synthetic.make_batch(rows, config.vocab_size, config.max_length, 0, i)
              for i, rows in enumerate((16, 8, 4))]
   pool = ahead.make_pool(2)
-  step = ahead.Precompiled(jitted, new_state(), [(16, 12, 12), (8, 12, 12)], mesh, pool=pool,
-                           name='train step')
+  step = ahead.steps(jitted, new_state(), [(16, 12, 12), (8, 12, 12)], mesh, pool=pool,
+                     name='train step')
   pool.shutdown(wait=True)
   handler = CompileLog()
   logging.getLogger('jax').addHandler(handler)
@@ -120,12 +120,43 @@ def test_precompiled_steps_compile_nothing_when_called():
   np.testing.assert_array_equal(ours_metrics['loss'], reference_metrics['loss'])
 
 
+def test_precompiled_searches_compile_nothing_and_decode_the_same():
+  """Dev BLEU's beam search compiled ahead for translate_ids's batch shapes: decoding then
+  compiles nothing and gives jax.jit's ids and scores."""
+  config = test_train.tiny_config()
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
+  model_config = ModelConfig.from_config(config)
+  params = train_step.create_train_state(Transformer(model_config), optim.make_optimizer(config),
+                                         config.seed, mesh).params
+  inputs = [[5, 6, 7, 2], [5, 6, 2], [4] * 7 + [2], [9] * 11 + [2]]
+  shapes = translator.batch_shapes(inputs, config, mesh.size)
+  assert len(shapes) > 1
+  jitted = translator.make_sharded_decoder(model_config, config, mesh)
+  pool = ahead.make_pool(2)
+  search = ahead.searches(jitted, params, shapes, mesh, pool=pool, name='beam search')
+  pool.shutdown(wait=True)
+  handler = CompileLog()
+  logging.getLogger('jax').addHandler(handler)
+  jax.config.update('jax_log_compiles', True)
+  try:
+    ours = translator.translate_ids(search, params, inputs, config, mesh, show_progress=False)
+    assert [n for _, n in handler.records if 'search' in n] == []
+  finally:
+    jax.config.update('jax_log_compiles', False)
+    logging.getLogger('jax').removeHandler(handler)
+  assert search.waits == 0
+  reference = translator.translate_ids(jitted, params, inputs, config, mesh, show_progress=False)
+  for got, want in zip(ours, reference, strict=True):
+    for a, b in zip(got, want, strict=True):
+      np.testing.assert_array_equal(a, b)
+
+
 def test_a_run_compiles_its_steps_ahead_and_trains_the_same(tmp_path, monkeypatch):
   """With config.compile_ahead, the train and eval steps are compiled on the background
   threads (a shape the loop needs before its turn is compiled on the loop's thread), and
   the metrics are those of a run that compiles each shape when it meets it."""
   monkeypatch.setattr(ahead, 'default_threads', lambda: 1)  # as on a 4-core machine
-  steps = dict(num_train_steps=6, log_every_steps=1, eval_every_steps=3)
+  steps = dict(num_train_steps=6, log_every_steps=1, eval_every_steps=3, eval_bleu_every_steps=3)
   ahead_run, ahead_metrics = train_logging_compiles(
       files_config(tmp_path, compile_ahead=True, **steps), tmp_path / 'ahead')
   met_run, met_metrics = train_logging_compiles(
@@ -135,6 +166,16 @@ def test_a_run_compiles_its_steps_ahead_and_trains_the_same(tmp_path, monkeypatc
   background = steps_of(ahead_run, lambda t: t.startswith('compile_ahead'))
   assert any('train_step' in n for n in background)
   assert steps_of(met_run, lambda t: t == 'MainThread')  # without it: on the loop's thread
+  # Dev BLEU's beam search: compiled once for each decoding batch's shape, not at every
+  # evaluation (two here), and ahead where the loop did not need it first.
+  config = files_config(tmp_path)
+  datasets = data.get_datasets(config, str(tmp_path / 'met'), num_devices=1)
+  _, inputs = translator.encode_inputs(datasets.dev.sources, datasets.tokenizer, 10**6)
+  shapes = set(translator.batch_shapes(inputs, config, 1))
+  searches = lambda run, where: [n for t, n in run if where(t) and 'search' in n]  # noqa: E731
+  assert len(searches(met_run, lambda t: True)) == len(shapes) > 1
+  assert len(searches(ahead_run, lambda t: True)) == len(shapes)
+  assert searches(ahead_run, lambda t: t.startswith('compile_ahead'))
   strip = lambda records: [{k: v for k, v in r.items() if not k.endswith('_s')  # noqa: E731
                             and k != 'eta_minutes'} for r in records]
   assert strip(ahead_metrics) == strip(met_metrics)
