@@ -6,6 +6,7 @@ A workdir holds
   checkpoints/<step>/data         the input iterator's position (JSON)
   checkpoints/corrupt-<step>/     a checkpoint that could not be read, moved aside
   averaged/<step>/params          the mean of the last K checkpoints' parameters
+  averaged/<step>/steps.json      which checkpoints that mean is of
 orbax writes each checkpoint into a temporary directory and renames it when complete, so
 a crash mid-write never leaves a checkpoint that looks finished.
 
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +31,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
-from t2t_jax import distributed, errors
+from t2t_jax import distributed, errors, files
+from t2t_jax import workdir as workdir_lib
 from t2t_jax.model import ModelConfig
 
 CHECKPOINTS = 'checkpoints'
@@ -404,9 +408,50 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
       raise errors.UserError(message + '; set --config.average_allow_fewer=True to average those')
     logging.warning('%s; averaging those.', message)
   mean = jax.tree_util.tree_map(lambda t, d: (t / len(chosen)).astype(d), total, dtypes)
-  save_params(os.path.join(workdir, AVERAGED), chosen[-1], mean)
+  _publish_mean(workdir, chosen, mean)
   logging.info('Averaged checkpoints %s into %s/%d', chosen, AVERAGED, chosen[-1])
   return chosen[-1], chosen
+
+
+COVERS = 'steps.json'  # averaged/<step>/steps.json: the checkpoints the mean is of
+
+
+def _publish_mean(workdir: str, steps: list[int], mean: Any) -> None:
+  """Writes averaged/<step>/{params,steps.json} into a temporary sibling and renames it into
+  place when complete: a kill or a full disk leaves the earlier mean of that step (moved
+  into previous-<time>/ only once the new one is whole) and never a half-written one."""
+  directory = os.path.join(workdir, AVERAGED)
+  # One name on every process (they write one checkpoint together); a killed run's is
+  # removed by the next averaging of that step, or after a day by sweep_temp_dirs.
+  tmp = os.path.join(directory, f'.tmp-averaging-{steps[-1]}')
+  if jax.process_index() == 0:
+    os.makedirs(directory, exist_ok=True)
+    files.sweep_temp_dirs(directory)
+    shutil.rmtree(tmp, ignore_errors=True)
+  distributed.sync('t2t_jax_average_start')
+  checkpointer = ocp.StandardCheckpointer()
+  with files.disk_write_errors(tmp, 'the averaged parameters'):
+    checkpointer.save(os.path.join(os.path.abspath(tmp), 'params'),
+                      jax.tree_util.tree_map(jnp.asarray, mean))
+    checkpointer.wait_until_finished()
+    checkpointer.close()
+    if jax.process_index() == 0:
+      files.write_text(os.path.join(tmp, COVERS), json.dumps({'steps': steps}) + '\n')
+      workdir_lib.publish_output(workdir, tmp, f'{AVERAGED}/{steps[-1]}')
+  distributed.sync('t2t_jax_average_done')
+
+
+def averaged_steps(workdir: str, step: int) -> list[int] | None:
+  """The checkpoints averaged/<step>/ is the mean of (None for a mean that predates the
+  record)."""
+  path = os.path.join(workdir, AVERAGED, str(step), COVERS)
+  try:
+    with open(path, encoding='utf-8') as f:
+      return [int(s) for s in json.load(f)['steps']]
+  except FileNotFoundError:
+    return None
+  except (ValueError, KeyError, TypeError) as e:
+    raise errors.UserError(f'{path}: damaged ({e}); average again (--mode=average)') from None
 
 
 def save_params(directory: str, step: int, params: Any) -> None:

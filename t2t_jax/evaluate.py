@@ -3,8 +3,10 @@
 (Table 3's PPL, §6.2) from the same parameters."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 from typing import Any
 
 import jax
@@ -12,25 +14,37 @@ import ml_collections
 from absl import logging
 
 from t2t_jax import bleu, data, files
+from t2t_jax import workdir as workdir_lib
 from t2t_jax.train_step import compile_eval_step, eval_metrics
 from t2t_jax.translator import Translator, one_line
 
 EVAL = 'eval'
 
 
-def eval_name(split: str, translator: Translator, config: ml_collections.ConfigDict) -> str:
+def eval_name(split: str, translator: Translator, config: ml_collections.ConfigDict,
+              sources: list[str], references: list[str]) -> str:
   """The folder of one evaluation under eval/: what was decoded, with what, and how.
 
-  E.g. 'test-averaged-1000-beam4-alpha0.6-extra50': dev and test, averaged and raw
-  parameters of the same step, and other decoding settings never overwrite each other.
+  E.g. 'test-averaged-1000-beam4-alpha0.6-extra50-3f2a91c0': the readable part names the
+  split, the parameters and the beam settings; the last part is a fingerprint of all that
+  made the result (the checkpoints an average covers, the dtype, the input limit, and the
+  evaluated sentences and references themselves), so two different results never share a
+  folder: another test set, a re-average over other checkpoints, another dtype.
   """
+  made_of = {'params': translator.source, 'covers': translator.covers,
+             'dtype': translator.model_config.dtype, 'beam_size': config.beam_size,
+             'beam_alpha': config.beam_alpha, 'extra': config.decode_extra_length,
+             'max_input_length': translator.max_input_length,
+             'data': hashlib.sha256('\0'.join([*sources, '\1', *references]).encode()
+                                    ).hexdigest()}
+  fingerprint = hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:8]
   return (f'{split}-{translator.kind}-{translator.step}-beam{config.beam_size}'
-          f'-alpha{config.beam_alpha:g}-extra{config.decode_extra_length}')
+          f'-alpha{config.beam_alpha:g}-extra{config.decode_extra_length}-{fingerprint}')
 
 
 def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """--mode=eval: translate config.eval_split, write eval/<eval_name>/{hypotheses,
-  references,scores}; scores.json is written last, so its presence means complete.
+  references,scores}, the folder whole or not at all.
 
   scores.json also holds the split's loss (label-smoothed), nll, perplexity (of the nll,
   per word-piece) and accuracy, teacher-forced with the same parameters.
@@ -47,18 +61,30 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   scores.update(split=config.eval_split, params=translator.source, step=translator.step,
                 sentences=len(hypotheses), beam_size=config.beam_size,
                 beam_alpha=config.beam_alpha, decode_extra_length=config.decode_extra_length)
-  out_dir = os.path.join(workdir, EVAL, eval_name(config.eval_split, translator, config))
-  os.makedirs(out_dir, exist_ok=True)
-  _write(os.path.join(out_dir, 'hypotheses.txt'), ''.join(h + '\n' for h in hypotheses))
-  _write(os.path.join(out_dir, 'references.txt'),
-         ''.join(one_line(r) + '\n' for r in evalset.references))
-  _write(os.path.join(out_dir, 'scores.json'), json.dumps(scores, indent=2) + '\n')
+  name = eval_name(config.eval_split, translator, config, evalset.sources, evalset.references)
+  scores.update(covers=translator.covers)
+  if jax.process_index() == 0:  # one copy, however many processes decoded
+    _publish(workdir, name, {
+        'hypotheses.txt': ''.join(h + '\n' for h in hypotheses),
+        'references.txt': ''.join(one_line(r) + '\n' for r in evalset.references),
+        'scores.json': json.dumps(scores, indent=2) + '\n'})
+  out_dir = os.path.join(workdir, EVAL, name)
   logging.info('%s BLEU of %s: sacreBLEU %.2f (%s), tokenized BLEU %.2f; written to %s',
                config.eval_split, translator.source, scores['sacrebleu'],
                scores['sacrebleu_signature'], scores['tok_bleu'], out_dir)
   return scores
 
 
-def _write(path: str, text: str) -> None:
-  if jax.process_index() == 0:  # one copy, however many processes decoded
-    files.write_text(path, text)
+def _publish(workdir: str, name: str, texts: dict[str, str]) -> None:
+  """eval/<name>/ with these files, whole or not at all: written into a temporary folder,
+  renamed into place when complete (an earlier one of that name is moved aside, not lost)."""
+  parent = os.path.join(workdir, EVAL)
+  os.makedirs(parent, exist_ok=True)
+  files.sweep_temp_dirs(parent)  # a killed evaluation's
+  tmp = files.make_temp_dir(parent)
+  try:
+    for file_name, text in texts.items():
+      files.write_text(os.path.join(tmp, file_name), text)
+    workdir_lib.publish_output(workdir, tmp, f'{EVAL}/{name}')
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)  # left only when publishing failed

@@ -311,6 +311,7 @@ def write_folder(contents: dict[str, bytes], output_dir: str) -> None:
   try:
     with files.disk_write_errors(output_dir, 'the export'):
       os.makedirs(parent, exist_ok=True)
+      files.sweep_temp_dirs(parent, by_age=False)  # a killed export's leftovers
       tmp_dir = files.make_temp_dir(parent)
       for name, blob in contents.items():
         with open(os.path.join(tmp_dir, name), 'wb') as f:

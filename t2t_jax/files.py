@@ -79,11 +79,13 @@ def _host() -> str:
   return f'{name}.{namespace}'
 
 
-def sweep_temp_dirs(parent: str) -> None:
+def sweep_temp_dirs(parent: str, *, by_age: bool = True) -> None:
   """Removes temporary folders of killed writers in `parent`.
 
-  Only folders of this host whose pid is gone, and any older than a day: another
-  host's writer may be alive, and its pid means nothing here.
+  Only folders of this host whose pid is gone, and (by_age) any older than a day: another
+  host's writer may be alive, and its pid means nothing here. A folder that is not the
+  workdir's own (an export's parent) is swept without by_age: there a `.tmp-*` of another
+  program may be old and alive.
   """
   host = _host()
   try:
@@ -95,7 +97,7 @@ def sweep_temp_dirs(parent: str) -> None:
     match = _TEMP_NAME.fullmatch(name)
     dead = match and match['host'] == host and not _pid_alive(int(match['pid']))
     try:
-      old = time.time() - os.stat(path).st_mtime > _STALE_AFTER_S
+      old = by_age and time.time() - os.stat(path).st_mtime > _STALE_AFTER_S
     except FileNotFoundError:  # its writer just renamed or removed it
       continue
     if dead or old:
@@ -146,13 +148,54 @@ def publish(tmp: str, path: str) -> bool:
   return True
 
 
+def check_writable_file(path: str, what: str) -> None:
+  """Raises a UserError naming `path` unless a file can be written there: checked before
+  the work that makes its content (decoding), not after."""
+  if os.path.isdir(path):
+    raise errors.UserError(f'{path}: is a folder; name a file to write {what} to')
+  parent = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(parent):
+    raise errors.UserError(f'{path}: no folder {parent} to write {what} in')
+  if not os.access(parent, os.W_OK | os.X_OK):
+    raise errors.UserError(f'{path}: cannot write {what}: no permission in {parent}')
+
+
 def write_text(path: str, text: str) -> None:
-  """Writes `path` whole or not at all (UTF-8, lines ending in '\\n'), through `publish`."""
+  """Writes `path` whole or not at all (UTF-8, lines ending in '\\n'), through `publish`.
+  A folder at `path` is an error naming it: nothing is written and nothing is lost."""
+  check_writable_file(path, 'text')
   tmp = f'{path}.tmp-{os.getpid()}'
   try:
-    with open(tmp, 'w', encoding='utf-8', newline='\n') as f:
-      f.write(text)
-    publish(tmp, path)
+    with disk_write_errors(path, 'text'):
+      with open(tmp, 'w', encoding='utf-8', newline='\n') as f:
+        f.write(text)
+      publish(tmp, path)
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)
+
+
+def set_aside_torn_tail(path: str) -> None:
+  """An append-only file of lines (metrics.jsonl, provenance.jsonl) whose last line was cut
+  (a full disk, a kill mid-write): the partial line is moved to PATH.torn with a warning,
+  so the next record starts a line of its own and every line stays parseable."""
+  try:
+    with open(path, 'rb') as f:
+      f.seek(0, os.SEEK_END)
+      size = f.tell()
+      if size == 0:
+        return
+      f.seek(max(size - 1, 0))
+      if f.read(1) == b'\n':
+        return
+      f.seek(0)
+      data = f.read()
+  except FileNotFoundError:
+    return
+  cut = data.rfind(b'\n') + 1
+  with disk_write_errors(f'{path}.torn', 'the torn line'):
+    with open(f'{path}.torn', 'ab') as torn:
+      torn.write(data[cut:] + b'\n')
+    os.truncate(path, cut)
+  logging.warning('%s ended in a partial line (%d bytes, a write cut short); moved it to %s',
+                  path, size - cut, f'{path}.torn')

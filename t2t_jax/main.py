@@ -93,6 +93,11 @@ def main(argv: list[str]) -> None:
   xla.configure_cpu(decoding=FLAGS.mode in DECODING_MODES)
   try:
     _dispatch()
+  except BrokenPipeError:
+    # The reader of stdout went away (`| head`): end quietly, as Unix tools do, and keep
+    # Python from reporting the pipe again when it flushes stdout at exit.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(128 + 13)  # what a shell reports for a process ended by SIGPIPE
   except train.StoppedBySignal as e:
     # Saved, but not finished: a non-zero status tells schedulers and loops to run it again.
     print(f't2t_jax: {e}', file=sys.stderr)

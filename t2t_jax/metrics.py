@@ -14,6 +14,8 @@ from typing import Any
 
 import jax
 
+from t2t_jax import files
+
 
 class MetricWriter:
   """Appends one JSON object per call to DIR/metrics.jsonl and writes TensorBoard events.
@@ -32,7 +34,9 @@ class MetricWriter:
     self._event, self._summary = event_pb2.Event, summary_pb2.Summary
     events_dir = os.path.join(workdir, 'tensorboard')
     os.makedirs(events_dir, exist_ok=True)
-    self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
+    path = os.path.join(workdir, 'metrics.jsonl')
+    files.set_aside_torn_tail(path)  # a record cut short by a kill or a full disk
+    self._jsonl = open(path, 'a', encoding='utf-8')
     # TensorBoard reads every events.out.tfevents.* file of a folder; one per run of the
     # process, named as TensorBoard's own writer names them.
     name = f'events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}'

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -140,14 +141,14 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
   if config.restart:
     workdir_lib.move_aside(workdir, list(workdir_lib.RUN_OUTPUTS), 'config.restart=True')
   mesh = make_mesh()
+  _check_vocabulary_kept(config, workdir)
   datasets = _load_data(config, workdir, mesh)
   tx = optim.make_optimizer(config)
   state = create_train_state(Transformer(model_config), tx, config.seed, mesh)
   checkpointer = checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints,
                                           every_steps=config.checkpoint_every_steps,
                                           every_minutes=config.checkpoint_every_minutes)
-  state, trained_s = _restore(config, model_config, workdir, checkpointer, state,
-                              datasets.train)
+  state, trained_s = _restore(config, model_config, workdir, checkpointer, state, datasets)
   workdir_lib.record_invocation(workdir, int(state.step))
   train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh,
                                     grad_accum_steps=config.grad_accum_steps)
@@ -186,7 +187,8 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
                                  writer, step))
       if save_due or step == last or signum is not None:
         _check_finite(pending, step, checkpointer)
-        checkpointer.save(state, {**datasets.train.get_state(), TRAIN_SECONDS: clock.seconds()})
+        checkpointer.save(state, {**datasets.train.get_state(), TRAIN_SECONDS: clock.seconds(),
+                                  VOCABULARY: _vocabulary_fingerprint(datasets)})
   checkpointer.close()
   writer.close()
   compiled = [f for f in (train_fn, eval_fn, search) if f is not None]
@@ -249,8 +251,26 @@ def _agree_on_step(stop: StopSignals, clock: TrainingClock,
   return signum or None, bool(out_of_time), bool(save_due)
 
 
-# The data/ item of a checkpoint also records the seconds trained up to it.
+# The data/ item of a checkpoint also records the seconds trained up to it, and the
+# fingerprint of the vocabulary its ids mean.
 TRAIN_SECONDS = 'train_seconds'
+VOCABULARY = 'vocabulary'
+
+
+def _vocabulary_fingerprint(datasets: data.Datasets) -> str:
+  return getattr(datasets.tokenizer, 'fingerprint', '')
+
+
+def _check_vocabulary_kept(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """A trained run's vocabulary is part of the run: with checkpoints present, a missing
+  vocab/spm.model is an error, never a new vocabulary trained silently under them."""
+  path = os.path.join(workdir, 'vocab', 'spm.model')
+  if (config.dataset != 'synthetic' and checkpoints.checkpoint_steps(workdir)
+      and not os.path.exists(path)):
+    raise errors.UserError(
+        f'{path}: missing, but {workdir} holds checkpoints trained with it; restore the '
+        'vocab/ folder, or set --config.restart=True to train anew (the checkpoints are '
+        'moved aside)')
 
 
 class TrainingClock:
@@ -277,7 +297,8 @@ class TrainingClock:
 
 
 def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir: str,
-             checkpointer: checkpoints.Checkpointer, state: TrainState, train_iter: Any,
+             checkpointer: checkpoints.Checkpointer, state: TrainState,
+             datasets: data.Datasets,
              ) -> tuple[TrainState, float]:
   """The newest checkpoint (or config.restore_step's) and the seconds trained up to it, else
   the fresh state of a new run and 0.
@@ -294,7 +315,7 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
   try:
     restored = checkpointer.restore(state, step=config.restore_step)
   except checkpoints.CheckpointMismatch as e:
-    raise ValueError(
+    raise errors.UserError(
         f'{checkpoints.mismatch_message(e, model_config, differences)} Train with the config '
         'the run was started with, use another --workdir, or set --config.restart=True to '
         'train this one from step 0 (its checkpoints are moved aside).') from None
@@ -305,7 +326,13 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
   state, data_state = restored
   # A checkpoint of an older t2t_jax has no time recorded: its time budget starts afresh.
   trained_s = float(data_state.pop(TRAIN_SECONDS, 0.0))
-  train_iter.set_state(data_state)
+  recorded = data_state.pop(VOCABULARY, None)  # None: saved before it was recorded
+  if recorded is not None and recorded != _vocabulary_fingerprint(datasets):
+    raise errors.UserError(
+        f'{os.path.join(workdir, "vocab", "spm.model")}: not the vocabulary the checkpoints '
+        f'were trained with (fingerprint {_vocabulary_fingerprint(datasets)}, recorded '
+        f'{recorded}); restore that vocab/ folder, or set --config.restart=True')
+  datasets.train.set_state(data_state)
   step = int(state.step)
   newer = [s for s in checkpointer.steps() if s > step]
   averaged_newer = [s for s in checkpoints.checkpoint_steps(workdir, checkpoints.AVERAGED)

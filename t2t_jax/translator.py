@@ -232,6 +232,9 @@ class Translator:
     loaded = checkpoints.load_params(workdir, which=config.decode_params,
                                      step=config.restore_step)
     self.source, self.kind, self.step = loaded.source, loaded.kind, loaded.step
+    # The checkpoints behind the parameters (an average's, as recorded; None if unrecorded).
+    self.covers = (checkpoints.averaged_steps(workdir, loaded.step)
+                   if loaded.kind == 'averaged' else [loaded.step])
     check_params_match(loaded.params, config, self.model_config, self.source, workdir)
     self.params = jax.device_put(loaded.params, replicated(self.mesh))
     self._decoders: dict[tuple[int, int | None], Decoder] = {}
@@ -415,6 +418,11 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
   if n_best is not None and not 1 <= n_best <= config.beam_size:
     raise errors.UserError(f'--n_best={n_best}: must be between 1 and config.beam_size '
                            f'({config.beam_size})')
+  # Before any decoding: a mistake in where the output goes costs seconds, not the run.
+  if output_path is not None:
+    files.check_writable_file(output_path, 'the translations')
+  if input_path == '-' and sys.stdin is None:
+    raise errors.UserError('--input=-: standard input is closed; give it lines, or --input=FILE')
   translator = Translator(config, workdir, mode='translate')
   if input_path == '-' and jax.process_count() == 1:
     with stream_output(output_path) as out:

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -47,7 +48,8 @@ class WorkdirBusy(errors.UserError):
 
 
 def check_local(workdir: str) -> None:
-  """Refuses `scheme://` workdirs (gs://, s3://, ...), which the code cannot write.
+  """Refuses `scheme://` workdirs (gs://, s3://, ...), which the code cannot write, and a
+  workdir that is a file.
 
   SentencePiece, the memory-mapped data cache, metrics.jsonl, TensorBoard and the lock all
   use the local file API, so a remote URL would fail (or, worse, create a local folder
@@ -58,6 +60,9 @@ def check_local(workdir: str) -> None:
         f'--workdir={workdir}: URLs are not supported as workdirs (the vocabulary, data cache, '
         'metrics and lock are written with the local file API). Use a local path, or a '
         'shared POSIX file system (NFS, Lustre, Filestore) mounted on every host.')
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise errors.UserError(f'--workdir={workdir}: is a file, not a folder; name a folder '
+                           '(it is made if missing)')
 
 
 @contextlib.contextmanager
@@ -123,8 +128,16 @@ def load_config(workdir: str) -> dict[str, Any] | None:
   path = os.path.join(workdir, CONFIG)
   if not os.path.exists(path):
     return None
-  with open(path, encoding='utf-8') as f:
-    return json.load(f)
+  try:
+    with open(path, encoding='utf-8') as f:
+      recorded = json.load(f)
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise errors.UserError(f'{path}: damaged, not the JSON of a config ({e}); restore it '
+                           'from a copy, or move it away to record the config anew') from None
+  if not isinstance(recorded, dict):
+    raise errors.UserError(f'{path}: damaged, a JSON {type(recorded).__name__} where a '
+                           'config (an object) was recorded; restore it from a copy')
+  return recorded
 
 
 def config_differences(recorded: dict[str, Any], current: dict[str, Any],
@@ -175,8 +188,11 @@ def record_invocation(workdir: str, step: int) -> None:
             'devices': f'{jax.device_count()} × {jax.devices()[0].device_kind}',
             'versions': _versions(), 'code': code_revision()}
   os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, PROVENANCE), 'a', encoding='utf-8') as f:
-    f.write(json.dumps(record, sort_keys=True) + '\n')
+  path = os.path.join(workdir, PROVENANCE)
+  files.set_aside_torn_tail(path)
+  with files.disk_write_errors(path, 'the provenance record'):
+    with open(path, 'a', encoding='utf-8') as f:
+      f.write(json.dumps(record, sort_keys=True) + '\n')
 
 
 def _versions() -> dict[str, str | None]:
@@ -205,21 +221,39 @@ def code_revision() -> dict[str, Any]:
 def move_aside(workdir: str, names: list[str], why: str) -> str | None:
   """Moves DIR/<name> for each existing name into DIR/previous-<time>/; returns that folder.
 
-  Nothing is deleted: a restart or an older restore_step keeps what it replaces.
+  Nothing is deleted: a restart or an older restore_step keeps what it replaces. Every
+  process calls it (process 0 moves, the others wait for it).
   """
+  target = _move_to_previous(workdir, names, why) if jax.process_index() == 0 else None
+  distributed.sync('t2t_jax_move_aside')
+  return target
+
+
+def _move_to_previous(workdir: str, names: list[str], why: str) -> str | None:
   present = [n for n in names if os.path.exists(os.path.join(workdir, n))]
   if not present:
     return None
   stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
   target = os.path.join(workdir, f'previous-{stamp}')
-  if jax.process_index() == 0:
-    suffix = 1
-    while os.path.exists(target):  # two moves within a second
-      suffix += 1
-      target = os.path.join(workdir, f'previous-{stamp}-{suffix}')
-    for name in present:
-      os.makedirs(os.path.dirname(os.path.join(target, name)), exist_ok=True)
-      os.rename(os.path.join(workdir, name), os.path.join(target, name))
-    logging.warning('%s: moved %s to %s', why, ', '.join(present), target)
-  distributed.sync('t2t_jax_move_aside')
+  suffix = 1
+  while os.path.exists(target):  # two moves within a second
+    suffix += 1
+    target = os.path.join(workdir, f'previous-{stamp}-{suffix}')
+  for name in present:
+    os.makedirs(os.path.dirname(os.path.join(target, name)), exist_ok=True)
+    os.rename(os.path.join(workdir, name), os.path.join(target, name))
+  logging.warning('%s: moved %s to %s', why, ', '.join(present), target)
   return target
+
+
+def publish_output(workdir: str, tmp: str, name: str) -> None:
+  """Publishes the written folder `tmp` as DIR/<name> (an averaged mean, an evaluation):
+  whole or not at all. An earlier output of that name stays in place until its replacement
+  is complete, and is then moved into DIR/previous-<time>/, not deleted. One process
+  writes (the caller's own)."""
+  path = os.path.join(workdir, name)
+  if files.publish(tmp, path):
+    return
+  _move_to_previous(workdir, [name], f'{path} is replaced')
+  if not files.publish(tmp, path):  # another writer published the same output meanwhile
+    shutil.rmtree(tmp, ignore_errors=True)

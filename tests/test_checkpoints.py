@@ -37,11 +37,13 @@ def tiny_config(**overrides):
 
 def latest_state_arrays(workdir):
   """Params and Adam state of the latest checkpoint, as host numpy trees, and the input
-  pipeline's position; not the seconds trained, which a clock decides."""
+  pipeline's position; not the seconds trained, which a clock decides, nor the vocabulary's
+  fingerprint (checked here: the synthetic data's ids)."""
   checkpointer = checkpoints.Checkpointer(workdir, keep=50)
   state, data_state = checkpointer.restore(_template(tiny_config()))
   checkpointer.close()
   data_state.pop(train.TRAIN_SECONDS, None)
+  assert data_state.pop(train.VOCABULARY) == f'ids-{tiny_config().vocab_size}'
   return jax.device_get((state.params, state.opt_state, state.step)), data_state
 
 

@@ -99,7 +99,7 @@ def test_translate_and_eval_modes(workdir, tmp_path):
   assert len(lines) == 4 and lines[1] == '' and lines[3] == ''  # 3 lines, in order
   result = run_main(f'--workdir={workdir}', '--mode=eval')
   assert result.returncode == 0, result.stderr[-3000:]
-  out_dir = os.path.join(workdir, 'eval', 'test-checkpoint-6-beam4-alpha0.6-extra5')
+  out_dir = eval_folder(workdir, 'test-checkpoint-6-beam4-alpha0.6-extra5')
   hyps = open(os.path.join(out_dir, 'hypotheses.txt')).read().splitlines()
   refs = open(os.path.join(out_dir, 'references.txt')).read().splitlines()
   scores = json.load(open(os.path.join(out_dir, 'scores.json')))
@@ -207,10 +207,17 @@ def test_evaluations_of_other_splits_params_or_settings_do_not_overwrite(workdir
     assert (scores['split'], scores['params'], scores['beam_size']) == (split, expected, beam)
   names = {f'{split}-{which}-{step or 6}-beam{beam}-alpha0.6-extra5'
            for split, which, step, beam in runs}
-  assert names <= set(os.listdir(os.path.join(workdir, 'eval')))
   for name in names:
-    scores = json.load(open(os.path.join(workdir, 'eval', name, 'scores.json')))
+    scores = json.load(open(os.path.join(eval_folder(workdir, name), 'scores.json')))
     assert name.startswith(f'{scores["split"]}-') and f'-beam{scores["beam_size"]}-' in name
+
+
+def eval_folder(workdir, readable):
+  """eval/<readable>-<fingerprint>: the one evaluation folder of that readable name."""
+  found = [n for n in os.listdir(os.path.join(workdir, 'eval'))
+           if n.rsplit('-', 1)[0] == readable]
+  assert len(found) == 1, (readable, os.listdir(os.path.join(workdir, 'eval')))
+  return os.path.join(workdir, 'eval', found[0])
 
 
 def run_bare(*args):
@@ -225,7 +232,7 @@ def test_the_recorded_run_drives_eval_without_config(workdir):
   result = run_bare(f'--workdir={workdir}', '--mode=eval', '--config.beam_size=2',
                     '--config.eval_split=dev', '--config.decode_params=checkpoint')
   assert result.returncode == 0, result.stderr[-3000:]
-  out_dir = os.path.join(workdir, 'eval', 'dev-checkpoint-6-beam2-alpha0.6-extra5')
+  out_dir = eval_folder(workdir, 'dev-checkpoint-6-beam2-alpha0.6-extra5')
   scores = json.load(open(os.path.join(out_dir, 'scores.json')))
   assert scores['beam_size'] == 2 and scores['sentences'] == 16  # tokens_per_batch // 12
   records = [json.loads(line) for line in open(os.path.join(workdir, 'provenance.jsonl'))]

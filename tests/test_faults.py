@@ -1,0 +1,273 @@
+"""Outputs under faults and user mistakes: every output is whole or absent, an earlier good
+one stays until its replacement is complete, nothing is lost silently, and a mistake is one
+line naming the file, key or path (no traceback), found before the work it would spoil.
+
+The tiny trained run (`tiny_workdir`, conftest.py) is copied before a test changes it.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import types
+
+import jax
+import numpy as np
+import pytest
+
+import test_data  # pytest puts tests/ (no __init__.py) on sys.path
+import test_evaluate
+from t2t_jax import checkpoints, errors, evaluate, export, files, train, translator
+from t2t_jax import workdir as workdir_lib
+from t2t_jax.metrics import MetricWriter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def run(tiny_workdir, tmp_path):
+  """A copy of the tiny trained run (checkpoints at steps 3 and 6), free to damage."""
+  return str(shutil.copytree(tiny_workdir, tmp_path / 'run'))
+
+
+def dead_pid() -> int:
+  child = subprocess.Popen([sys.executable, '-c', 'pass'])
+  child.wait()
+  return child.pid
+
+
+# ------------------------------------------------- outputs: whole or not at all
+
+
+def test_translating_into_a_folder_is_refused_before_decoding(run, tmp_path, monkeypatch):
+  """An existing folder as --output once wrote nothing and exited 0."""
+  monkeypatch.setattr(translator, 'Translator', None)  # decoding must not even start
+  (tmp_path / 'in.txt').write_text('5 6 7\n')
+  for output, named in ((tmp_path, 'is a folder'), (tmp_path / 'no' / 'out.txt', 'no folder')):
+    with pytest.raises(errors.UserError, match=named):
+      translator.run_translate(test_evaluate.tiny_config(), run, str(tmp_path / 'in.txt'),
+                               str(output))
+  with pytest.raises(errors.UserError, match='is a folder'):
+    files.write_text(str(tmp_path), 'text\n')
+  assert (tmp_path / 'in.txt').read_text() == '5 6 7\n'
+
+
+def average(workdir, last):
+  return checkpoints.average_checkpoints(workdir, last, allow_fewer=True)
+
+
+def read_mean(workdir, step=6):
+  return checkpoints._restore_params(os.path.join(workdir, checkpoints.AVERAGED), step)
+
+
+def assert_same(a, b):
+  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(a), jax.device_get(b))
+
+
+def test_a_failed_re_average_keeps_the_earlier_mean(run, monkeypatch):
+  """Re-averaging once deleted averaged/<step>/ before writing the new mean: a kill or a
+  full disk in between left none, and decode_params=auto then used the raw checkpoint."""
+  average(run, 2)
+  before = read_mean(run)
+  def full_disk(*args, **kwargs):
+    raise OSError(28, 'No space left on device')
+  monkeypatch.setattr(checkpoints.ocp.StandardCheckpointer, 'save', full_disk)
+  with pytest.raises(OSError, match='No space left'):
+    average(run, 1)
+  monkeypatch.undo()
+  assert checkpoints.averaged_steps(run, 6) == [3, 6]
+  assert_same(read_mean(run), before)
+  assert checkpoints.load_params(run).source == 'averaged/6'
+  average(run, 2)  # the next averaging removes the failed one's temporary folder
+  assert os.listdir(os.path.join(run, checkpoints.AVERAGED)) == ['6']
+
+
+def test_a_re_average_over_other_checkpoints_keeps_the_earlier_one(run):
+  """Another average_last once replaced the mean at the same path without a word."""
+  average(run, 2)
+  two = read_mean(run)
+  average(run, 1)
+  assert checkpoints.averaged_steps(run, 6) == [6]
+  [previous] = [n for n in os.listdir(run) if n.startswith('previous-')]
+  moved = os.path.join(run, previous, checkpoints.AVERAGED)
+  assert checkpoints.averaged_steps(os.path.join(run, previous), 6) == [3, 6]
+  assert_same(checkpoints._restore_params(moved, 6), two)
+  # The mean of checkpoint 6 alone is checkpoint 6's parameters.
+  assert_same(read_mean(run), checkpoints.load_params(run, which='checkpoint').params)
+
+
+def fake_translator(covers, dtype='float32'):
+  return types.SimpleNamespace(source='averaged/6', kind='averaged', step=6, covers=covers,
+                               model_config=types.SimpleNamespace(dtype=dtype),
+                               max_input_length=100)
+
+
+def test_eval_folders_name_everything_that_made_them():
+  """Another test set, an average over other checkpoints or another dtype once shared the
+  folder of an earlier result and replaced it."""
+  config = test_evaluate.tiny_config()
+  name = lambda tr, src=('a b',), ref=('x y',): evaluate.eval_name(  # noqa: E731
+      'test', tr, config, list(src), list(ref))
+  base = name(fake_translator([3, 6]))
+  assert base.startswith('test-averaged-6-beam4-alpha0.6-extra5-')
+  others = {name(fake_translator([3, 6]), src=('a c',)), name(fake_translator([3, 6]), ref=('x',)),
+            name(fake_translator([6])), name(fake_translator([3, 6], 'bfloat16'))}
+  assert base not in others and len(others) == 4
+  assert name(fake_translator([3, 6])) == base
+
+
+def test_an_evaluation_is_published_whole(run, monkeypatch):
+  """Its three files were published one by one: a kill between them left new hypotheses
+  beside an old scores.json, and a .tmp-* file that no later run removed."""
+  config = test_evaluate.tiny_config()
+  evaluate.run_eval(config, run)
+  [name] = os.listdir(os.path.join(run, 'eval'))
+  folder = os.path.join(run, 'eval', name)
+  before = {f: open(os.path.join(folder, f)).read() for f in os.listdir(folder)}
+  write_text = files.write_text
+  def dies_at_the_second_file(path, text):
+    if path.endswith('references.txt'):
+      raise KeyboardInterrupt  # as a kill would stop it, between two files
+    write_text(path, text)
+  monkeypatch.setattr(files, 'write_text', dies_at_the_second_file)
+  with pytest.raises(KeyboardInterrupt):
+    evaluate.run_eval(config, run)
+  monkeypatch.undo()
+  assert os.listdir(os.path.join(run, 'eval')) == [name]
+  assert {f: open(os.path.join(folder, f)).read() for f in os.listdir(folder)} == before
+  # A killed writer's temporary folder (its pid gone) is swept by the next evaluation.
+  leftover = os.path.join(run, 'eval', f'.tmp-{files._host()}-{dead_pid()}-x')
+  os.makedirs(leftover)
+  evaluate.run_eval(config, run)
+  assert not os.path.exists(leftover)
+  assert os.listdir(os.path.join(run, 'eval')) == [name]  # the same evaluation: replaced
+  [previous] = [n for n in os.listdir(run) if n.startswith('previous-')]
+  assert os.listdir(os.path.join(run, previous, 'eval')) == [name]  # and kept
+
+
+def test_a_killed_exports_leftovers_are_swept(tmp_path):
+  leftover = tmp_path / f'.tmp-{files._host()}-{dead_pid()}-abc'
+  leftover.mkdir()
+  (leftover / 'model.safetensors').write_bytes(b'\0' * 1000)
+  alive = tmp_path / f'.tmp-{files._host()}-{os.getpid()}-abc'  # a live writer's: kept
+  alive.mkdir()
+  someone_elses = tmp_path / '.tmp-notes'
+  someone_elses.mkdir()
+  os.utime(someone_elses, (0, 0))  # old, but not named by t2t_jax: not ours to remove
+  export.write_folder({'config.json': b'{}'}, str(tmp_path / 'exported'))
+  assert sorted(os.listdir(tmp_path)) == sorted([alive.name, someone_elses.name, 'exported'])
+
+
+# ------------------------------------------------------------ append-only files
+
+
+def test_a_torn_metrics_line_is_set_aside(tmp_path):
+  """A full disk cut the last record mid-line; the resumed run appended onto it."""
+  path = tmp_path / 'metrics.jsonl'
+  path.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "lo')
+  writer = MetricWriter(str(tmp_path))
+  writer.write(3, {'loss': 1.5})
+  writer.close()
+  assert [json.loads(line)['step'] for line in path.read_text().splitlines()] == [1, 3]
+  assert (tmp_path / 'metrics.jsonl.torn').read_text() == '{"step": 2, "lo\n'
+
+
+def test_a_torn_provenance_line_is_set_aside(tmp_path):
+  path = tmp_path / workdir_lib.PROVENANCE
+  path.write_text('{"first_step": 1}\n{"first_st')
+  workdir_lib.record_invocation(str(tmp_path), 10)
+  assert [json.loads(line)['first_step'] for line in path.read_text().splitlines()] == [1, 11]
+
+
+# ------------------------------------------------------------ the vocabulary
+
+
+def test_a_missing_vocabulary_under_checkpoints_is_an_error(tmp_path):
+  """It was trained anew without a warning and the checkpoints resumed with it."""
+  config = test_data.make_config(tmp_path, num_train_steps=2)
+  workdir = tmp_path / 'work'
+  (workdir / 'checkpoints' / '2').mkdir(parents=True)
+  with pytest.raises(errors.UserError, match=r'vocab/spm.model: missing, but .* checkpoints'):
+    train.train_and_evaluate(config, str(workdir))
+  assert not (workdir / 'vocab').exists()
+
+
+def test_resuming_with_a_vocabulary_other_than_the_recorded_one_is_an_error(run, monkeypatch):
+  config = test_evaluate.tiny_config()
+  config.num_train_steps = 9
+  monkeypatch.setattr(train, '_vocabulary_fingerprint', lambda datasets: 'another')
+  data_state = checkpoints.read_data_state(run, 6)
+  assert data_state.get(train.VOCABULARY) is not None  # recorded with each checkpoint
+  with pytest.raises(errors.UserError, match='not the vocabulary the checkpoints were trained'):
+    train.train_and_evaluate(config, run)
+
+
+def test_resuming_another_model_shape_is_a_user_error(run):
+  """The message was right, but a ValueError: a 95-line traceback."""
+  config = test_evaluate.tiny_config()
+  config.model.d_ff = 128
+  with pytest.raises(errors.UserError, match='config.model.d_ff'):
+    train.train_and_evaluate(config, run)
+
+
+# ------------------------------------------- one line for every mistake, on the CLI
+
+
+def run_main(*args, **popen):
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=300, **popen)
+
+
+def damage_config(run, content: bytes):
+  with open(os.path.join(run, 'config.json'), 'wb') as f:
+    f.write(content)
+
+
+MISTAKES = {
+    # name: (what to do to the run, extra arguments, what the line names)
+    'config.json truncated': (lambda run: damage_config(run, b'{"model": {"d_mo'), ['--mode=eval'],
+                              'config.json: damaged'),
+    'config.json not UTF-8': (lambda run: damage_config(run, b'\xff\xfe{}'), ['--mode=translate',
+                              '--input=-'], 'config.json: damaged'),
+    'config.json a list': (lambda run: damage_config(run, b'[1, 2]'), ['--mode=average'],
+                           'config.json: damaged, a JSON list'),
+    'output in a missing folder': (None, ['--mode=translate', '--input=-',
+                                          '--output=/nonexistent/out.txt'], 'no folder'),
+    'output is a folder': (None, ['--mode=translate', '--input=-', '--output=.'], 'is a folder'),
+    'workdir is a file': ('file', ['--mode=eval'], 'is a file, not a folder'),
+    'stdin closed': (None, ['--mode=translate', '--input=-'], 'standard input is closed'),
+}
+
+
+@pytest.mark.parametrize('name', sorted(MISTAKES))
+def test_every_mistake_is_one_line(run, tmp_path, name):
+  damage, args, named = MISTAKES[name]
+  workdir = run
+  if damage == 'file':
+    workdir = str(tmp_path / 'a_file')
+    open(workdir, 'w').close()
+  elif damage:
+    damage(run)
+  popen = {'preexec_fn': lambda: os.close(0)} if name == 'stdin closed' else {'input': ''}
+  result = run_main(f'--workdir={workdir}', *args, **popen)
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+  # absl's INFO lines (the run's log, e.g. which config was read) may come before it
+  lines = [line for line in result.stderr.strip().splitlines() if not re.match(r'I\d{4} ', line)]
+  assert len(lines) == 1 and lines[0].startswith('t2t_jax: error: '), result.stderr[-3000:]
+  assert named in lines[0]
+
+
+def test_a_closed_output_pipe_ends_quietly(run, tmp_path):
+  """`... | head -1`: the reader is gone; no traceback, no message, as Unix tools do."""
+  lines = tmp_path / 'in.txt'
+  lines.write_text('5 6 7\n' * 20)
+  command = (f'{sys.executable} -m t2t_jax.main --workdir={run} --mode=translate '
+             f'--input={lines} | true; echo "status ${{PIPESTATUS[0]}}" >&2')
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  result = subprocess.run(['bash', '-c', command], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+  assert result.stderr.strip().splitlines()[-1] == 'status 141', result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr and 'Broken pipe' not in result.stderr
