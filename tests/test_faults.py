@@ -27,8 +27,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture
 def run(tiny_workdir, tmp_path):
-  """A copy of the tiny trained run (checkpoints at steps 3 and 6), free to damage."""
-  return str(shutil.copytree(tiny_workdir, tmp_path / 'run'))
+  """A copy of the tiny trained run (checkpoints at steps 3 and 6), free to damage, without
+  what other tests of this process may have added to it (means, evaluations)."""
+  return str(shutil.copytree(tiny_workdir, tmp_path / 'run', ignore=lambda folder, names: [
+      n for n in names if folder == tiny_workdir
+      and (n in ('averaged', 'eval', 'attention') or n.startswith('previous-'))]))
 
 
 def dead_pid() -> int:

@@ -216,7 +216,8 @@ def test_notebook_runs_the_demo_on_cpu(tmp_path, monkeypatch, venv_kernel):
   assert 'TensorBoard: off (T2T_NOTEBOOK_TENSORBOARD=0)\n' in text  # and so no server
 
   eval_dir = workdir / 'eval'
-  assert os.listdir(eval_dir) == ['test-averaged-20-beam4-alpha0.6-extra10']
+  [name] = os.listdir(eval_dir)
+  assert name.rsplit('-', 1)[0] == 'test-averaged-20-beam4-alpha0.6-extra10'  # + fingerprint
   scores = json.loads((eval_dir / os.listdir(eval_dir)[0] / 'scores.json').read_text())
   assert isinstance(scores['sacrebleu'], float) and 0 <= scores['sacrebleu'] <= 100
   assert f'"sacrebleu": {scores["sacrebleu"]}' in text  # printed by the notebook
