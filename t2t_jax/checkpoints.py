@@ -87,11 +87,14 @@ class Checkpointer:
     Raises CheckpointNotSaved if orbax declines, instead of logging a save that never was.
     """
     step = int(state.step)
-    saved = self._manager.save(step, args=ocp.args.Composite(
-        params=ocp.args.StandardSave(state.params),
-        train_state=ocp.args.StandardSave({'step': state.step, 'opt_state': state.opt_state,
-                                           'rng': state.rng}),
-        data=ocp.args.JsonSave(data_state)))
+    # A full disk surfaces here (the previous save's background write) or at close: one
+    # error naming the folder, not orbax's exception.
+    with files.disk_write_errors(self.directory, 'checkpoints'):
+      saved = self._manager.save(step, args=ocp.args.Composite(
+          params=ocp.args.StandardSave(state.params),
+          train_state=ocp.args.StandardSave({'step': state.step, 'opt_state': state.opt_state,
+                                             'rng': state.rng}),
+          data=ocp.args.JsonSave(data_state)))
     if not saved:
       raise CheckpointNotSaved(
           f'orbax declined to save checkpoint {step} in {self.directory}, which already holds '
@@ -183,10 +186,12 @@ class Checkpointer:
     self._manager.reload()
 
   def wait(self) -> None:
-    self._manager.wait_until_finished()
+    with files.disk_write_errors(self.directory, 'checkpoints'):
+      self._manager.wait_until_finished()
 
   def close(self) -> None:
-    self._manager.wait_until_finished()
+    with files.disk_write_errors(self.directory, 'checkpoints'):
+      self._manager.wait_until_finished()
     self._manager.close()
 
 

@@ -9,9 +9,13 @@ helper is a no-op.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-from collections.abc import Callable
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import jax
@@ -24,7 +28,7 @@ from t2t_jax import errors
 T = TypeVar('T')
 
 
-def initialize(*, heartbeat_timeout_s: int = 60) -> None:
+def initialize(*, heartbeat_timeout_s: int = 60, start_timeout_s: int = 300) -> None:
   """`jax.distributed.initialize()`, told JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
   JAX_PROCESS_ID where they are set; elsewhere JAX finds the cluster itself (TPU VMs,
   Slurm, Open MPI, Kubernetes).
@@ -34,6 +38,10 @@ def initialize(*, heartbeat_timeout_s: int = 60) -> None:
   service detected fatal errors"; a collective in flight may fail first, with gloo's or
   NCCL's error), so a dead host ends the run in bounded time instead of leaving the rest
   waiting in a collective; rerunning the command resumes.
+
+  Until every process has connected, one that waits says so every WAIT_LOG_S seconds;
+  after `start_timeout_s` it ends with one line naming the processes it waited for (JAX's
+  own timeout would abort with a C++ stack trace, after 300 s of silence).
   """
   env = os.environ
   kwargs = {}
@@ -45,9 +53,47 @@ def initialize(*, heartbeat_timeout_s: int = 60) -> None:
         kwargs[key] = int(env[name])
       except ValueError:
         raise errors.UserError(f'{name}={env[name]!r}: must be an integer') from None
-  jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout_s, **kwargs)
+  with _waiting_for_peers(kwargs, start_timeout_s):
+    # JAX's deadline after ours: ours ends the process first, with a message.
+    jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout_s,
+                               initialization_timeout=start_timeout_s + 30, **kwargs)
   logging.info('Process %d of %d; %d local and %d global devices.', jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
+WAIT_LOG_S = 30.0  # between the lines that say who is still awaited
+
+
+@contextlib.contextmanager
+def _waiting_for_peers(kwargs: dict, timeout_s: float) -> Iterator[None]:
+  """Logs, while inside, that this process waits for the others to connect; past
+  `timeout_s` it writes one line naming them and exits with status 1 (JAX blocks in C++
+  there: no exception would reach `main`)."""
+  me, count = kwargs.get('process_id'), kwargs.get('num_processes')
+  where = kwargs.get('coordinator_address', "the cluster's coordinator")
+  others = (', '.join(str(i) for i in range(count) if i != me)
+            if me is not None and count else 'the others')
+  who = f'process {me} of {count}' if me is not None and count else 'this process'
+  connected = threading.Event()
+
+  def watch() -> None:
+    start = time.monotonic()
+    while not connected.wait(min(WAIT_LOG_S, max(timeout_s - (time.monotonic() - start), 0))):
+      waited = time.monotonic() - start
+      if waited >= timeout_s:
+        sys.stderr.write(f't2t_jax: error: --distributed: {who} waited {waited:.0f} s at '
+                         f'{where} for process(es) {others}, which never connected; start '
+                         'them (same JAX_COORDINATOR_ADDRESS and JAX_NUM_PROCESSES), or '
+                         'raise --distributed_start_timeout\n')
+        sys.stderr.flush()
+        os._exit(1)
+      logging.info('%s: waiting %.0f s so far at %s for process(es) %s to connect (at most '
+                   '%d s).', who.capitalize(), waited, where, others, timeout_s)
+  threading.Thread(target=watch, name='distributed_start', daemon=True).start()
+  try:
+    yield
+  finally:
+    connected.set()
 
 
 def agree(values: np.ndarray) -> np.ndarray:

@@ -24,8 +24,17 @@ class MissingFileError(UserError, FileNotFoundError):
   """A file the config or a flag names does not exist (a UserError and a FileNotFoundError)."""
 
 
+# How TensorStore (orbax's array writer) reports a full disk: a ValueError, not an OSError.
+_FULL_DISK_TEXTS = ('RESOURCE_EXHAUSTED', 'No space left on device', 'Disk quota exceeded')
+
+
+def is_disk_refusal(error: BaseException) -> bool:
+  """The system refusing a write (a full disk or quota, a permission), whoever reports it."""
+  if isinstance(error, OSError) and error.errno in _ENVIRONMENT_ERRNOS:
+    return True
+  return isinstance(error, ValueError) and any(t in str(error) for t in _FULL_DISK_TEXTS)
+
+
 def is_for_user(error: BaseException) -> bool:
   """Whether `main` shows `error` as one line: a UserError, or the system refusing a write."""
-  if isinstance(error, UserError):
-    return True
-  return isinstance(error, OSError) and error.errno in _ENVIRONMENT_ERRNOS
+  return isinstance(error, UserError) or is_disk_refusal(error)

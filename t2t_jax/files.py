@@ -30,19 +30,25 @@ _STALE_AFTER_S = 24 * 3600
 class DiskWriteError(errors.UserError, OSError):
   """A disk full, a missing permission...: one line naming the path, no traceback."""
 
-  def __init__(self, path: str, what: str, cause: OSError):
-    super().__init__(f'{path}: cannot write {what}: {cause.strerror or cause}')
-    self.errno = cause.errno
+  def __init__(self, path: str, what: str, cause: Exception):
+    reason = getattr(cause, 'strerror', None) or str(cause).splitlines()[0][:300]
+    super().__init__(f'{path}: cannot write {what}: {reason}')
+    self.errno = getattr(cause, 'errno', None)
 
 
 @contextlib.contextmanager
 def disk_write_errors(path: str, what: str) -> Iterator[None]:
-  """Turns an OSError inside into a DiskWriteError naming `path` and `what` it holds."""
+  """Turns an OSError inside (or a full disk as TensorStore reports it) into a
+  DiskWriteError naming `path` and `what` it holds."""
   try:
     yield
   except DiskWriteError:
     raise
   except OSError as e:
+    raise DiskWriteError(path, what, e) from e
+  except ValueError as e:
+    if not errors.is_disk_refusal(e):
+      raise
     raise DiskWriteError(path, what, e) from e
 
 

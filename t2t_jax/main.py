@@ -45,6 +45,9 @@ flags.DEFINE_string('workdir', None, 'Directory for checkpoints, vocabulary and 
 flags.DEFINE_enum('mode', 'train', MODES, 'What to do.')
 flags.DEFINE_bool('distributed', False, 'Call jax.distributed.initialize() first (multi-host '
                   'runs: TPU pods, Slurm, or JAX_COORDINATOR_ADDRESS and friends set).')
+flags.DEFINE_integer('distributed_start_timeout', 300, 'With --distributed: seconds to wait '
+                     'for every process to connect before stopping with their names.',
+                     lower_bound=1)
 flags.DEFINE_integer('distributed_timeout', 60, 'With --distributed: seconds without a '
                      'heartbeat from a process after which the others stop (it died).')
 flags.DEFINE_string('input', None, 'translate: a file of sentences, one a line, or - for '
@@ -74,14 +77,17 @@ _recorded_overrides: list[str] = []
 
 
 class _QuietLibraries(python_logging.Filter):
-  """Drops orbax's per-file INFO chatter, and its warning that a checkpoint item (params/)
-  has no metadata file of its own (the step directory has it); other warnings still show."""
+  """Drops orbax's per-file INFO chatter, its warning that a checkpoint item (params/) has
+  no metadata file of its own (the step directory has it), and the tracebacks its
+  background threads log for a full disk or a refused write: that error reaches the
+  training loop, which names the folder in one line. Other warnings still show."""
 
   def filter(self, record) -> bool:
     if '/orbax/' not in record.pathname:
       return True
     harmless = str(record.msg).startswith('Metadata file does not exist')
-    return record.levelno >= python_logging.WARNING and not harmless
+    reported = record.exc_info is not None and errors.is_disk_refusal(record.exc_info[1])
+    return record.levelno >= python_logging.WARNING and not harmless and not reported
 
 
 def main(argv: list[str]) -> None:
@@ -106,12 +112,20 @@ def main(argv: list[str]) -> None:
     if FLAGS.traceback or not errors.is_for_user(e):
       raise  # a bug: its traceback is what a report needs
     # A config, data, workdir or disk mistake: its message names the key, file or path.
-    sys.exit(f't2t_jax: error: {e}')
+    if not errors.is_disk_refusal(e):
+      sys.exit(f't2t_jax: error: {e}')
+    # A full disk: orbax's writes still in flight would fail again at interpreter exit, each
+    # with a traceback of its own. What was flushed stays; what was mid-write is a temporary
+    # the next run removes.
+    print(f't2t_jax: error: {e}', file=sys.stderr, flush=True)
+    logging.flush()
+    os._exit(1)
 
 
 def _dispatch() -> None:
   if FLAGS.distributed:  # before anything starts a JAX backend (dtype 'auto' may)
-    distributed.initialize(heartbeat_timeout_s=FLAGS.distributed_timeout)
+    distributed.initialize(heartbeat_timeout_s=FLAGS.distributed_timeout,
+                           start_timeout_s=FLAGS.distributed_start_timeout)
   if FLAGS.rows is not None and FLAGS.mode != 'study':
     raise errors.UserError(f'--rows: only --mode=study has rows, not --mode={FLAGS.mode}')
   config = _config()

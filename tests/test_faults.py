@@ -5,9 +5,11 @@ line naming the file, key or path (no traceback), found before the work it would
 The tiny trained run (`tiny_workdir`, conftest.py) is copied before a test changes it.
 """
 import json
+import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import types
@@ -18,7 +20,7 @@ import pytest
 
 import test_data  # pytest puts tests/ (no __init__.py) on sys.path
 import test_evaluate
-from t2t_jax import checkpoints, errors, evaluate, export, files, train, translator
+from t2t_jax import checkpoints, errors, evaluate, export, files, main, train, translator
 from t2t_jax import workdir as workdir_lib
 from t2t_jax.metrics import MetricWriter
 
@@ -274,3 +276,60 @@ def test_a_closed_output_pipe_ends_quietly(run, tmp_path):
                           text=True, timeout=300)
   assert result.stderr.strip().splitlines()[-1] == 'status 141', result.stderr[-3000:]
   assert 'Traceback' not in result.stderr and 'Broken pipe' not in result.stderr
+
+
+def test_a_peer_that_never_starts_is_named_in_one_line(tmp_path):
+  """`--distributed` with a peer that never starts once said nothing for 300 s, then
+  aborted with a C++ stack trace."""
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+  env = dict(os.environ, JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES='3',
+             JAX_PROCESS_ID='0')
+  env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=1'
+  result = subprocess.run(
+      [sys.executable, '-m', 't2t_jax.main', '--distributed', '--distributed_start_timeout=4',
+       '--config=experiments/demo.py', f'--workdir={tmp_path}', '--mode=params'],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert 'Check failure' not in result.stderr and 'Traceback' not in result.stderr
+  lines = [line for line in result.stderr.strip().splitlines() if not re.match(r'I\d{4} ', line)]
+  assert len(lines) == 1, result.stderr[-3000:]
+  assert lines[0].startswith('t2t_jax: error: --distributed: process 0 of 3 waited 4 s at '
+                             f'127.0.0.1:{port} for process(es) 1, 2, which never connected')
+
+
+TENSORSTORE_FULL_DISK = ValueError(
+    'RESOURCE_EXHAUSTED: Error writing local file "run/checkpoints/7.orbax-checkpoint-tmp/'
+    'params/_sharding": Failed to write 7716 bytes [errno=28]')
+
+
+def test_a_full_disk_during_a_checkpoint_names_the_folder_once(run, monkeypatch):
+  """It named no file, after ~250 lines of orbax's background-thread tracebacks; TensorStore
+  reports it as a ValueError, not an OSError."""
+  checkpointer = checkpoints.Checkpointer(run, keep=5)
+  def full(*args, **kwargs):
+    raise TENSORSTORE_FULL_DISK
+  monkeypatch.setattr(checkpointer._manager, 'save', full)
+  monkeypatch.setattr(checkpointer._manager, 'wait_until_finished', full)
+  state = types.SimpleNamespace(step=np.int32(7), params={}, opt_state={}, rng=None)
+  for call in (lambda: checkpointer.save(state, {}), checkpointer.wait):
+    with pytest.raises(files.DiskWriteError) as info:
+      call()
+    assert errors.is_for_user(info.value)
+    assert str(info.value).startswith(f'{checkpointer.directory}: cannot write checkpoints: '
+                                      'RESOURCE_EXHAUSTED')
+  assert errors.is_for_user(OSError(28, 'No space left on device'))
+  assert not errors.is_for_user(ValueError('shapes (3,) and (4,) differ'))
+
+
+def test_orbax_tracebacks_of_a_full_disk_are_not_logged_again():
+  """main's filter drops orbax's background-thread reports of the error it prints itself."""
+  record = lambda exc, path='/site-packages/orbax/checkpoint/future.py': logging.LogRecord(  # noqa: E731
+      'absl', logging.ERROR, path, 1, 'raised an exception', None,
+      (type(exc), exc, None))
+  quiet = main._QuietLibraries()
+  assert not quiet.filter(record(TENSORSTORE_FULL_DISK))
+  assert not quiet.filter(record(OSError(28, 'No space left on device')))
+  assert quiet.filter(record(RuntimeError('a bug in orbax')))
+  assert quiet.filter(record(TENSORSTORE_FULL_DISK, path='/work/t2t_jax/train.py'))
