@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import test_data  # pytest puts tests/ (no __init__.py) on sys.path
+import test_evaluate
 import test_train
 from t2t_jax import ahead, data, optim, synthetic, train, train_step, translator
 from t2t_jax import mesh as mesh_lib
@@ -156,7 +157,7 @@ def test_a_run_compiles_its_steps_ahead_and_trains_the_same(tmp_path, monkeypatc
   threads (a shape the loop needs before its turn is compiled on the loop's thread), and
   the metrics are those of a run that compiles each shape when it meets it."""
   monkeypatch.setattr(ahead, 'default_threads', lambda: 1)  # as on a 4-core machine
-  steps = dict(num_train_steps=6, log_every_steps=1, eval_every_steps=3, eval_bleu_every_steps=3)
+  steps = dict(num_train_steps=6, log_every_steps=1, eval_every_steps=3)
   ahead_run, ahead_metrics = train_logging_compiles(
       files_config(tmp_path, compile_ahead=True, **steps), tmp_path / 'ahead')
   met_run, met_metrics = train_logging_compiles(
@@ -166,16 +167,23 @@ def test_a_run_compiles_its_steps_ahead_and_trains_the_same(tmp_path, monkeypatc
   background = steps_of(ahead_run, lambda t: t.startswith('compile_ahead'))
   assert any('train_step' in n for n in background)
   assert steps_of(met_run, lambda t: t == 'MainThread')  # without it: on the loop's thread
-  # Dev BLEU's beam search: compiled once for each decoding batch's shape, not at every
-  # evaluation (two here), and ahead where the loop did not need it first.
-  config = files_config(tmp_path)
-  datasets = data.get_datasets(config, str(tmp_path / 'met'), num_devices=1)
-  _, inputs = translator.encode_inputs(datasets.dev.sources, datasets.tokenizer, 10**6)
-  shapes = set(translator.batch_shapes(inputs, config, 1))
-  searches = lambda run, where: [n for t, n in run if where(t) and 'search' in n]  # noqa: E731
-  assert len(searches(met_run, lambda t: True)) == len(shapes) > 1
-  assert len(searches(ahead_run, lambda t: True)) == len(shapes)
-  assert searches(ahead_run, lambda t: t.startswith('compile_ahead'))
   strip = lambda records: [{k: v for k, v in r.items() if not k.endswith('_s')  # noqa: E731
                             and k != 'eta_minutes'} for r in records]
   assert strip(ahead_metrics) == strip(met_metrics)
+
+
+def test_dev_bleus_search_is_built_once_and_compiled_ahead(tmp_path, monkeypatch):
+  """Dev BLEU's beam search, at two evaluations: compiled once for each shape of the dev
+  set's decoding batches, not again at the second evaluation. (Which thread compiles each
+  depends on timing here; test_precompiled_searches_compile_nothing_and_decode_the_same
+  shows the background compilations.)"""
+  monkeypatch.setattr(ahead, 'default_threads', lambda: 1)
+  config = test_evaluate.tiny_config()
+  config.update(num_train_steps=4, eval_every_steps=2, eval_bleu_every_steps=2,
+                compile_ahead=True, compilation_cache_dir='')
+  run, metrics = train_logging_compiles(config, tmp_path / 'run')
+  datasets = data.get_datasets(config, str(tmp_path / 'run'), num_devices=1)
+  _, inputs = translator.encode_inputs(datasets.dev.sources, datasets.tokenizer, 10**6)
+  shapes = set(translator.batch_shapes(inputs, config, 1))
+  assert len([n for _, n in run if 'search' in n]) == len(shapes) > 1
+  assert [m['step'] for m in metrics if 'dev_bleu' in m] == [2, 4]
