@@ -16,13 +16,14 @@ checkpoint that stays unreadable after retries is moved aside, not deleted.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -60,6 +61,20 @@ class CheckpointNotSaved(errors.UserError):
   """orbax declined a save (it never writes a step at or below its latest one)."""
 
 
+class CheckpointWriteError(files.DiskWriteError):
+  """A checkpoint write the system refused (a full disk): orbax's other writes of it may
+  still be in flight, and fail again at exit (main ends the process at once)."""
+
+
+@contextlib.contextmanager
+def _checkpoint_write_errors(directory: str) -> Iterator[None]:
+  try:
+    with files.disk_write_errors(directory, 'checkpoints'):
+      yield
+  except files.DiskWriteError as e:
+    raise CheckpointWriteError(directory, 'checkpoints', e.__cause__ or e) from e.__cause__
+
+
 class Checkpointer:
   """Saves every `every_steps` steps and/or `every_minutes` minutes; keeps the last `keep`."""
 
@@ -89,7 +104,7 @@ class Checkpointer:
     step = int(state.step)
     # A full disk surfaces here (the previous save's background write) or at close: one
     # error naming the folder, not orbax's exception.
-    with files.disk_write_errors(self.directory, 'checkpoints'):
+    with _checkpoint_write_errors(self.directory):
       saved = self._manager.save(step, args=ocp.args.Composite(
           params=ocp.args.StandardSave(state.params),
           train_state=ocp.args.StandardSave({'step': state.step, 'opt_state': state.opt_state,
@@ -186,11 +201,11 @@ class Checkpointer:
     self._manager.reload()
 
   def wait(self) -> None:
-    with files.disk_write_errors(self.directory, 'checkpoints'):
+    with _checkpoint_write_errors(self.directory):
       self._manager.wait_until_finished()
 
   def close(self) -> None:
-    with files.disk_write_errors(self.directory, 'checkpoints'):
+    with _checkpoint_write_errors(self.directory):
       self._manager.wait_until_finished()
     self._manager.close()
 

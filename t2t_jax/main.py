@@ -112,11 +112,11 @@ def main(argv: list[str]) -> None:
     if FLAGS.traceback or not errors.is_for_user(e):
       raise  # a bug: its traceback is what a report needs
     # A config, data, workdir or disk mistake: its message names the key, file or path.
-    if not errors.is_disk_refusal(e):
+    if not isinstance(e, checkpoints.CheckpointWriteError):
       sys.exit(f't2t_jax: error: {e}')
-    # A full disk: orbax's writes still in flight would fail again at interpreter exit, each
-    # with a traceback of its own. What was flushed stays; what was mid-write is a temporary
-    # the next run removes.
+    # A checkpoint on a full disk: orbax's writes still in flight would fail again at
+    # interpreter exit, each with a traceback of its own. What was flushed stays; what was
+    # mid-write is a temporary the next run removes.
     print(f't2t_jax: error: {e}', file=sys.stderr, flush=True)
     logging.flush()
     os._exit(1)

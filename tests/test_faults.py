@@ -314,7 +314,7 @@ def test_a_full_disk_during_a_checkpoint_names_the_folder_once(run, monkeypatch)
   monkeypatch.setattr(checkpointer._manager, 'wait_until_finished', full)
   state = types.SimpleNamespace(step=np.int32(7), params={}, opt_state={}, rng=None)
   for call in (lambda: checkpointer.save(state, {}), checkpointer.wait):
-    with pytest.raises(files.DiskWriteError) as info:
+    with pytest.raises(checkpoints.CheckpointWriteError) as info:
       call()
     assert errors.is_for_user(info.value)
     assert str(info.value).startswith(f'{checkpointer.directory}: cannot write checkpoints: '
