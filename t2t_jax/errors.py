@@ -24,15 +24,21 @@ class MissingFileError(UserError, FileNotFoundError):
   """A file the config or a flag names does not exist (a UserError and a FileNotFoundError)."""
 
 
-# How TensorStore (orbax's array writer) reports a full disk: a ValueError, not an OSError.
-_FULL_DISK_TEXTS = ('RESOURCE_EXHAUSTED', 'No space left on device', 'Disk quota exceeded')
+# How TensorStore (orbax's array writer) reports a full disk: a ValueError, not an OSError,
+# e.g. 'RESOURCE_EXHAUSTED: Error writing local file "...": ...'.
+_FULL_DISK_TEXTS = ('No space left on device', 'Disk quota exceeded')
 
 
 def is_disk_refusal(error: BaseException) -> bool:
-  """The system refusing a write (a full disk or quota, a permission), whoever reports it."""
+  """The system refusing a write (a full disk or quota, a permission), whoever reports it.
+  Not any RESOURCE_EXHAUSTED: out of memory is not the disk."""
   if isinstance(error, OSError) and error.errno in _ENVIRONMENT_ERRNOS:
     return True
-  return isinstance(error, ValueError) and any(t in str(error) for t in _FULL_DISK_TEXTS)
+  if not isinstance(error, ValueError):
+    return False
+  text = str(error)
+  return (any(t in text for t in _FULL_DISK_TEXTS)
+          or (text.startswith('RESOURCE_EXHAUSTED') and 'Error writing' in text))
 
 
 def is_for_user(error: BaseException) -> bool:

@@ -321,6 +321,7 @@ def test_a_full_disk_during_a_checkpoint_names_the_folder_once(run, monkeypatch)
                                       'RESOURCE_EXHAUSTED')
   assert errors.is_for_user(OSError(28, 'No space left on device'))
   assert not errors.is_for_user(ValueError('shapes (3,) and (4,) differ'))
+  assert not errors.is_for_user(ValueError('RESOURCE_EXHAUSTED: Out of memory allocating'))
 
 
 def test_orbax_tracebacks_of_a_full_disk_are_not_logged_again():
