@@ -152,7 +152,7 @@ class Checkpointer:
       except Exception as e:  # noqa: BLE001 — after retries, any failure to read is "unreadable"
         if step:
           raise errors.UserError(f'config.restore_step={step}: {self.directory}/{step} is '
-                                 f'unreadable ({type(e).__name__}: {str(e)[:300]})') from e
+                                 f'unreadable ({errors.summary(e)})') from e
         self._move_aside(candidate, e)
     if self.set_aside():
       raise errors.UserError(
@@ -174,9 +174,8 @@ class Checkpointer:
       os.rename(os.path.join(self.directory, str(step)), target)
     distributed.sync('t2t_jax_checkpoint_aside')
     self._manager.reload()
-    logging.warning('Checkpoint %d in %s is unreadable (%s: %s); moved it to %s and trying the '
-                    'one before.', step, self.directory, type(error).__name__, str(error)[:300],
-                    target)
+    logging.warning('Checkpoint %d in %s is unreadable (%s); moved it to %s and trying the '
+                    'one before.', step, self.directory, errors.summary(error), target)
 
   def _restore(self, step: int, state: Any) -> tuple[Any, dict]:
     abstract = lambda tree: jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, tree)  # noqa: E731
@@ -220,8 +219,8 @@ def retry(read: Callable[[], Any], what: str) -> Any:
     except Exception as e:  # noqa: BLE001 — the last attempt re-raises it
       if attempt == READ_ATTEMPTS:
         raise
-      logging.warning('Reading %s failed (%s: %s); retrying in %.0f s.', what, type(e).__name__,
-                      str(e)[:200], RETRY_SECONDS * attempt)
+      logging.warning('Reading %s failed (%s); retrying in %.0f s.', what, errors.summary(e),
+                      RETRY_SECONDS * attempt)
       time.sleep(RETRY_SECONDS * attempt)
 
 
@@ -369,9 +368,9 @@ def load_params(workdir: str, *, which: str = 'auto', step: int = 0) -> Loaded:
       except Exception as e:  # noqa: BLE001 — named, then the one before is tried
         if step:
           raise errors.UserError(f'config.restore_step={step}: {where} is unreadable '
-                                 f'({type(e).__name__}: {str(e)[:300]})') from e
-        logging.warning('%s is unreadable (%s: %s); using the one before it.', where,
-                        type(e).__name__, str(e)[:300])
+                                 f'({errors.summary(e)})') from e
+        logging.warning('%s is unreadable (%s); using the one before it.', where,
+                        errors.summary(e))
   wanted = f'step {step} ' if step else ''
   raise errors.MissingFileError(
       f'No readable {" or ".join(kinds)} {wanted}in {workdir} (config.decode_params={which!r}'
@@ -412,8 +411,8 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
     try:
       params = retry(functools.partial(_restore_params, directory, s), f'{directory}/{s}')
     except Exception as e:  # noqa: BLE001 — named and skipped
-      logging.warning('%s/%d is unreadable (%s: %s); averaging without it.', directory, s,
-                      type(e).__name__, str(e)[:300])
+      logging.warning('%s/%d is unreadable (%s); averaging without it.', directory, s,
+                      errors.summary(e))
       continue
     chosen.insert(0, s)
     params32 = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), params)

@@ -44,3 +44,13 @@ def is_disk_refusal(error: BaseException) -> bool:
 def is_for_user(error: BaseException) -> bool:
   """Whether `main` shows `error` as one line: a UserError, or the system refusing a write."""
   return isinstance(error, UserError) or is_disk_refusal(error)
+
+
+def summary(error: BaseException, limit: int = 300) -> str:
+  """`Type: first line` of the error's root cause, for a log line: orbax wraps TensorStore's
+  one-line reason (which file, which byte range) in an exception whose text is a
+  60-line TensorStore spec."""
+  while error.__cause__ is not None:
+    error = error.__cause__
+  lines = str(error).strip().splitlines()
+  return f'{type(error).__name__}: {lines[0][:limit] if lines else ""}'.rstrip(': ')

@@ -11,7 +11,6 @@ if __name__ == '__main__':
   hugepages.reexec()
 
 import json
-import logging as python_logging
 import os
 import sys
 
@@ -27,6 +26,7 @@ from t2t_jax import (
   errors,
   evaluate,
   export,
+  quiet,
   study,
   train,
   translator,
@@ -76,24 +76,10 @@ DECODING_MODES = ('translate', 'eval')
 _recorded_overrides: list[str] = []
 
 
-class _QuietLibraries(python_logging.Filter):
-  """Drops orbax's per-file INFO chatter, its warning that a checkpoint item (params/) has
-  no metadata file of its own (the step directory has it), and the tracebacks its
-  background threads log for a full disk or a refused write: that error reaches the
-  training loop, which names the folder in one line. Other warnings still show."""
-
-  def filter(self, record) -> bool:
-    if '/orbax/' not in record.pathname:
-      return True
-    harmless = str(record.msg).startswith('Metadata file does not exist')
-    reported = record.exc_info is not None and errors.is_disk_refusal(record.exc_info[1])
-    return record.levelno >= python_logging.WARNING and not harmless and not reported
-
-
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  logging.get_absl_handler().python_handler.addFilter(_QuietLibraries())
+  quiet.install()  # one failure, one report: not the libraries' repeats of it
   # Before anything starts JAX's CPU backend; modes that only decode split a CPU into
   # one device per core (xla.decoding_devices).
   xla.configure_cpu(decoding=FLAGS.mode in DECODING_MODES)

@@ -34,7 +34,8 @@ PACKAGE = 't2t_jax'
 # here deliberately (test_every_module_is_in_order), which is where its layer gets decided.
 ORDER = [
     # plumbing: no paper in them
-    't2t_jax.errors', 't2t_jax.progress', 't2t_jax.files', 't2t_jax.hugepages', 't2t_jax.xla',
+    't2t_jax.errors', 't2t_jax.quiet', 't2t_jax.progress', 't2t_jax.files', 't2t_jax.hugepages',
+    't2t_jax.xla',
     't2t_jax.distributed', 't2t_jax.workdir', 't2t_jax.metrics',
     # config (experiments/*.py are checked by t2t_jax.config_lib)
     't2t_jax.config_lib',

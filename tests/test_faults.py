@@ -4,6 +4,8 @@ line naming the file, key or path (no traceback), found before the work it would
 
 The tiny trained run (`tiny_workdir`, conftest.py) is copied before a test changes it.
 """
+import _thread
+import asyncio
 import json
 import logging
 import os
@@ -12,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import types
 
 import jax
@@ -20,7 +23,17 @@ import pytest
 
 import test_data  # pytest puts tests/ (no __init__.py) on sys.path
 import test_evaluate
-from t2t_jax import checkpoints, errors, evaluate, export, files, main, train, translator
+from t2t_jax import (
+  checkpoints,
+  distributed,
+  errors,
+  evaluate,
+  export,
+  files,
+  quiet,
+  train,
+  translator,
+)
 from t2t_jax import workdir as workdir_lib
 from t2t_jax.metrics import MetricWriter
 
@@ -219,8 +232,8 @@ def test_resuming_another_model_shape_is_a_user_error(run):
 # ------------------------------------------- one line for every mistake, on the CLI
 
 
-def run_main(*args, **popen):
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+def run_main(*args, env=None, **popen):
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2', **(env or {}))
   return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=300, **popen)
 
@@ -230,39 +243,139 @@ def damage_config(run, content: bytes):
     f.write(content)
 
 
+def config_file(json_path: str, tmp_path) -> str:
+  """--config=FILE of a config recorded as JSON (a run's config.json), as a config file."""
+  path = tmp_path / f'config_{abs(hash(json_path))}.py'
+  path.write_text('import json\nimport ml_collections\n\n\ndef get_config():\n'
+                  f'  with open({json_path!r}) as f:\n'
+                  '    return ml_collections.ConfigDict(json.load(f))\n')
+  return f'--config={path}'
+
+
+def checkpoints_without_vocabulary(run, tmp_path):
+  """A run on text files (which trains a vocabulary) whose vocab/ is gone, checkpoints kept."""
+  (tmp_path / 'files.json').write_text(test_data.make_config(tmp_path, num_train_steps=2).to_json())
+  (tmp_path / 'files_run' / 'checkpoints' / '2').mkdir(parents=True)
+
+
+def hold_lock(run, tmp_path):
+  """A running trainer's lock (released when the test's process ends or the file is closed)."""
+  handle = workdir_lib._lock(os.path.join(run, workdir_lib.LOCK))
+  hold_lock.handles.append(handle)
+hold_lock.handles = []
+
+
+def no_tfds(run, tmp_path):
+  """A Python without the extra `wmt`: `import tensorflow_datasets` fails."""
+  shadow = tmp_path / 'no_wmt' / 'tensorflow_datasets'
+  shadow.mkdir(parents=True)
+  (shadow / '__init__.py').write_text(
+      "raise ImportError(\"No module named 'tensorflow_datasets'\")\n")
+  return {'PYTHONPATH': str(tmp_path / 'no_wmt')}
+
+
+def not_utf8_input(run, tmp_path):
+  (tmp_path / 'in.txt').write_bytes(b'5 6 7\n8 \xff 9\n')
+
+
+# Every mistake the README documents (and each of the issue's), as a user makes it on the
+# command line. name: (what to do first, arguments, what the line names); `{run}`, `{tmp}`,
+# `{recorded}` (--config=FILE of the run's recorded config) and `{files}` (that of
+# checkpoints_without_vocabulary's run) are filled in.
 MISTAKES = {
-    # name: (what to do to the run, extra arguments, what the line names)
-    'config.json truncated': (lambda run: damage_config(run, b'{"model": {"d_mo'), ['--mode=eval'],
-                              'config.json: damaged'),
-    'config.json not UTF-8': (lambda run: damage_config(run, b'\xff\xfe{}'), ['--mode=translate',
-                              '--input=-'], 'config.json: damaged'),
-    'config.json a list': (lambda run: damage_config(run, b'[1, 2]'), ['--mode=average'],
+    # the workdir and what is recorded in it
+    'config.json truncated': (lambda run, tmp: damage_config(run, b'{"model": {"d_mo'),
+                              ['--mode=eval'], 'config.json: damaged'),
+    'config.json not UTF-8': (lambda run, tmp: damage_config(run, b'\xff\xfe{}'),
+                              ['--mode=translate', '--input=-'], 'config.json: damaged'),
+    'config.json a list': (lambda run, tmp: damage_config(run, b'[1, 2]'), ['--mode=average'],
                            'config.json: damaged, a JSON list'),
+    'workdir is a file': ('file', ['--mode=eval'], 'is a file, not a folder'),
+    'workdir a URL': (None, ['--workdir=gs://bucket/run', '--config=experiments/demo.py'],
+                      '--workdir=gs://bucket/run: URLs are not supported as workdirs'),
+    'nothing recorded': ('empty', ['--mode=eval'], 'config.json: no recorded run there'),
+    # training over what a run already has
+    'another model shape': (None, ['{recorded}', '--config.model.d_ff=128'],
+                            'config.model.d_ff'),
+    'a second trainer': (hold_lock, ['{recorded}', '--config.num_train_steps=9'],
+                         'is in use by another training run'),
+    'vocabulary missing under checkpoints': (
+        checkpoints_without_vocabulary, ['--workdir={tmp}/files_run', '{files}'],
+        'vocab/spm.model: missing'),
+    'restore_step with no such checkpoint': (None, ['{recorded}', '--config.restore_step=5'],
+                                             'config.restore_step=5'),
+    'tfds without the extra wmt': (no_tfds, ['--config=experiments/demo.py',
+                                             '--config.dataset=tfds', '--workdir={tmp}/wmt'],
+                                   "pip install 't2t_jax[wmt]'"),
+    # decoding a trained run
+    'override contradicting the trained model': (None, ['--mode=eval', '--config.model.d_ff=128'],
+                                                 'config.model.d_ff'),
+    'average over fewer checkpoints': (None, ['--mode=average', '--config.average_last=4'],
+                                       'config.average_allow_fewer=True'),
+    'restore_step unreadable for decoding': (None, ['--mode=eval', '--config.restore_step=4'],
+                                             'config.restore_step=4'),
+    'translate without --input': (None, ['--mode=translate'], '--input=FILE'),
+    'n_best wider than the beam': (None, ['--mode=translate', '--input=-', '--n_best=9'],
+                                   'config.beam_size'),
+    'input missing': (None, ['--mode=translate', '--input={tmp}/none.txt'], 'none.txt'),
+    'input line not UTF-8': (not_utf8_input, ['--mode=translate', '--input={tmp}/in.txt'],
+                             'line 2'),
     'output in a missing folder': (None, ['--mode=translate', '--input=-',
                                           '--output=/nonexistent/out.txt'], 'no folder'),
     'output is a folder': (None, ['--mode=translate', '--input=-', '--output=.'], 'is a folder'),
-    'workdir is a file': ('file', ['--mode=eval'], 'is a file, not a folder'),
     'stdin closed': (None, ['--mode=translate', '--input=-'], 'standard input is closed'),
+    'export without --output': (None, ['--mode=export'], '--output=DIR'),
+    'attention without --input': (None, ['--mode=attention'], '--input='),
+    # Table 3's study
+    'study override of a varied key': (None, ['--config=experiments/table3.py', '--mode=study',
+                                              '--rows=A_h1', '--config.model.num_heads=2',
+                                              '--workdir={tmp}/study'], 'row A_h1 sets it'),
+    '--rows outside study': (None, ['--mode=eval', '--rows=A_h1'], '--rows'),
 }
 
 
 @pytest.mark.parametrize('name', sorted(MISTAKES))
 def test_every_mistake_is_one_line(run, tmp_path, name):
   damage, args, named = MISTAKES[name]
-  workdir = run
+  workdir, env = run, {}
   if damage == 'file':
     workdir = str(tmp_path / 'a_file')
     open(workdir, 'w').close()
+  elif damage == 'empty':
+    workdir = str(tmp_path / 'empty')
   elif damage:
-    damage(run)
+    env = damage(run, tmp_path) or {}
+  args = [a.format(run=run, tmp=tmp_path,
+                   recorded=config_file(os.path.join(run, 'config.json'), tmp_path),
+                   files=config_file(str(tmp_path / 'files.json'), tmp_path)) for a in args]
+  if not any(a.startswith('--workdir=') for a in args):
+    args.insert(0, f'--workdir={workdir}')
   popen = {'preexec_fn': lambda: os.close(0)} if name == 'stdin closed' else {'input': ''}
-  result = run_main(f'--workdir={workdir}', *args, **popen)
+  try:
+    result = run_main(*args, env=env, **popen)
+  finally:
+    while hold_lock.handles:
+      hold_lock.handles.pop().close()
   assert result.returncode == 1, result.stderr[-3000:]
-  assert 'Traceback' not in result.stderr, result.stderr[-3000:]
-  # absl's INFO lines (the run's log, e.g. which config was read) may come before it
-  lines = [line for line in result.stderr.strip().splitlines() if not re.match(r'I\d{4} ', line)]
-  assert len(lines) == 1 and lines[0].startswith('t2t_jax: error: '), result.stderr[-3000:]
-  assert named in lines[0]
+  line = the_one_error(result.stderr)
+  assert named in line, line
+
+
+def the_one_error(stderr: str) -> str:
+  """The error line, asserting that it is the last line and that everything before it is
+  the run's INFO and WARNING log (which config was read, what differs from the recorded
+  one; a record may span lines): nothing else, no traceback."""
+  records = []
+  for line in stderr.strip().splitlines():
+    if re.match(r'[IWEF]\d{4} |t2t_jax: ', line) or not records:
+      records.append(line)
+    else:
+      records[-1] += '\n' + line
+  assert 'Traceback' not in stderr, stderr[-3000:]
+  assert records and records[-1].startswith('t2t_jax: error: '), stderr[-3000:]
+  assert '\n' not in records[-1], stderr[-3000:]
+  assert all(re.match(r'[IW]\d{4} ', r) for r in records[:-1]), stderr[-3000:]
+  return records[-1]
 
 
 def test_a_closed_output_pipe_ends_quietly(run, tmp_path):
@@ -329,8 +442,91 @@ def test_orbax_tracebacks_of_a_full_disk_are_not_logged_again():
   record = lambda exc, path='/site-packages/orbax/checkpoint/future.py': logging.LogRecord(  # noqa: E731
       'absl', logging.ERROR, path, 1, 'raised an exception', None,
       (type(exc), exc, None))
-  quiet = main._QuietLibraries()
-  assert not quiet.filter(record(TENSORSTORE_FULL_DISK))
-  assert not quiet.filter(record(OSError(28, 'No space left on device')))
-  assert quiet.filter(record(RuntimeError('a bug in orbax')))
-  assert quiet.filter(record(TENSORSTORE_FULL_DISK, path='/work/t2t_jax/train.py'))
+  quiet_filter = quiet.QuietLibraries()
+  assert not quiet_filter.filter(record(TENSORSTORE_FULL_DISK))
+  assert not quiet_filter.filter(record(OSError(28, 'No space left on device')))
+  assert quiet_filter.filter(record(RuntimeError('a bug in orbax')))
+  assert quiet_filter.filter(record(TENSORSTORE_FULL_DISK, path='/work/t2t_jax/train.py'))
+
+
+def raised_in(filename: str, error: Exception) -> Exception:
+  """`error` with a traceback through a file of that name (orbax's code, say)."""
+  try:
+    exec(compile('raise error', filename, 'exec'), {'error': error})
+  except Exception as e:  # noqa: BLE001 — caught to be returned with its traceback
+    return e
+
+
+def test_asyncios_reports_of_orbax_tasks_are_not_logged_again():
+  """A truncated checkpoint: every array's read task fails, the restore raises one error
+  (named in a warning), and asyncio reported each other task's failure again."""
+  def record(error):
+    return logging.LogRecord('asyncio', logging.ERROR, '/python3/asyncio/base_events.py', 1,
+                             'Task exception was never retrieved', None,
+                             (type(error), error, error.__traceback__))
+  quiet_filter = quiet.QuietLibraries()
+  orbax_file = '/site-packages/orbax/checkpoint/_src/serialization/serialization.py'
+  assert not quiet_filter.filter(record(raised_in(orbax_file, ValueError('OUT_OF_RANGE'))))
+  assert quiet_filter.filter(record(raised_in('/work/t2t_jax/decode.py', ValueError('a bug'))))
+
+
+def test_native_calls_to_a_closed_event_loop_print_nothing(monkeypatch):
+  """After a failed save orbax has closed its loop, and TensorStore's threads printed
+  "Event loop is closed" once per pending write (20 to 135 tracebacks on a full disk)."""
+  quiet._ignore_native_calls_to_closed_loops()
+  patched = asyncio.BaseEventLoop.call_soon_threadsafe
+  loop = asyncio.new_event_loop()
+  loop.close()
+  printed = []  # what Python would print for a thread started from C
+  monkeypatch.setattr(sys, 'unraisablehook', lambda report: printed.append(report.exc_value))
+
+  def from_native_thread(function) -> list:
+    """What a thread started from C (no Python frame below `function`) reports."""
+    printed.clear()
+    before = _thread._count()
+    _thread.start_new_thread(function, (loop, print))
+    deadline = time.monotonic() + 2
+    while (_thread._count() > before or not printed) and time.monotonic() < deadline:
+      time.sleep(0.01)
+    return [str(e) for e in printed]
+  assert from_native_thread(patched.original) == ['Event loop is closed']
+  assert from_native_thread(patched) == []
+  with pytest.raises(RuntimeError, match='Event loop is closed'):
+    loop.call_soon_threadsafe(print)  # a Python caller is still told
+
+
+def test_a_truncated_checkpoint_is_named_without_a_flood(run, tmp_path):
+  """It was recovered correctly, but among 5,145 lines of log (106 without the damage):
+  orbax's wrapped TensorStore spec in each warning, asyncio's and Python's reports of each
+  failed read task."""
+  data = [os.path.join(folder, name) for folder, _, names in
+          os.walk(os.path.join(run, 'checkpoints', '6')) for name in names
+          if os.path.basename(folder) == 'd']  # the arrays' data files
+  assert data
+  for path in data:
+    os.truncate(path, os.path.getsize(path) // 2)
+  result = run_main(f'--workdir={run}', config_file(os.path.join(run, 'config.json'), tmp_path),
+                    '--config.num_train_steps=9', input='')
+  assert result.returncode == 0, result.stderr[-3000:]
+  for noise in ('Traceback', 'Task exception', 'Exception ignored', 'TensorStore({'):
+    assert noise not in result.stderr, result.stderr[-3000:]
+  damaged = [line for line in result.stderr.splitlines() if 'OUT_OF_RANGE' in line]
+  assert len(damaged) == 3, damaged  # two retries, then set aside
+  assert 'moved it to' in damaged[-1] and 'corrupt-6' in damaged[-1]
+  assert all('OUT_OF_RANGE' in line for line in damaged)  # the reason, not the wrapper
+  assert os.path.isdir(os.path.join(run, 'checkpoints', '9'))
+
+
+def test_a_waiting_process_says_whom_it_waits_for(monkeypatch, caplog):
+  """Until the others connect, a process logs every WAIT_LOG_S seconds whom it waits for."""
+  monkeypatch.setattr(distributed, 'WAIT_LOG_S', 0.1)
+  caplog.set_level(logging.INFO)
+  with distributed._waiting_for_peers({'process_id': 1, 'num_processes': 3,
+                                       'coordinator_address': 'head:1234'}, timeout_s=60):
+    time.sleep(0.35)
+  waits = [r.getMessage() for r in caplog.records if 'waiting' in r.getMessage()]
+  assert len(waits) >= 2, waits
+  assert waits[0].startswith('Process 1 of 3: waiting 0 s so far at head:1234 for process(es) '
+                             '0, 2 to connect (at most 60 s).')
+  time.sleep(0.3)  # connected: it says no more
+  assert len([r for r in caplog.records if 'waiting' in r.getMessage()]) == len(waits)

@@ -1,0 +1,81 @@
+"""Plumbing, no paper: keeps the libraries' duplicate reports of one failure out of the log.
+
+When orbax reads or writes a checkpoint, TensorStore runs one asyncio task per array. If the
+files are damaged or the disk is full, every task fails, the caller gets one exception
+(which checkpoints.py names in one line), and the failures of the other tasks surface
+again: as asyncio's "Task exception was never retrieved", as Python's "Exception ignored
+in: <coroutine ...>", and as the tracebacks orbax's background threads log. A truncated
+checkpoint once printed 500 such lines around the two that mattered. Only these repeats are
+dropped; anything that does not pass through orbax's code still shows.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import types
+
+from absl import logging as absl_logging
+
+from t2t_jax import errors
+
+
+def install() -> None:
+  """Filters absl's handler (which every log record reaches) and Python's unraisable hook."""
+  absl_logging.get_absl_handler().python_handler.addFilter(QuietLibraries())
+  default_hook = sys.unraisablehook
+
+  def hook(unraisable) -> None:
+    if not _through_orbax(unraisable.exc_traceback, unraisable.object):
+      default_hook(unraisable)
+  sys.unraisablehook = hook
+  _ignore_native_calls_to_closed_loops()
+
+
+class QuietLibraries(logging.Filter):
+  """Drops orbax's per-file INFO chatter, its warning that a checkpoint item (params/) has
+  no metadata file of its own (the step directory has it), the tracebacks its background
+  threads log for a full disk or a refused write (the training loop names the folder in
+  one line), and asyncio's reports of orbax tasks whose failure was already raised to the
+  caller. Other warnings still show."""
+
+  def filter(self, record) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    if record.name == 'asyncio' and error is not None:
+      return not _through_orbax(error.__traceback__)
+    if '/orbax/' not in record.pathname:
+      return True
+    harmless = str(record.msg).startswith('Metadata file does not exist')
+    reported = error is not None and errors.is_disk_refusal(error)
+    return record.levelno >= logging.WARNING and not harmless and not reported
+
+
+def _ignore_native_calls_to_closed_loops() -> None:
+  """TensorStore's threads hand each finished write to orbax's asyncio loop; after a failed
+  save orbax has closed that loop, and each of them prints asyncio's "Event loop is closed"
+  traceback from C++ (past sys.excepthook). A callback that a loop can no longer run is
+  dropped instead when the caller is native code (no Python frame below it); a Python
+  caller still gets the RuntimeError."""
+  original = asyncio.BaseEventLoop.call_soon_threadsafe
+  if getattr(original, 'ignores_native_calls', False):
+    return
+
+  def call_soon_threadsafe(self, callback, *args, context=None):
+    if self.is_closed() and sys._getframe().f_back is None:
+      return None
+    return original(self, callback, *args, context=context)
+  call_soon_threadsafe.ignores_native_calls = True
+  call_soon_threadsafe.original = original
+  asyncio.BaseEventLoop.call_soon_threadsafe = call_soon_threadsafe
+
+
+def _through_orbax(traceback: types.TracebackType | None, origin: object = None) -> bool:
+  """Whether an exception was raised in orbax's code (or escaped one of its coroutines)."""
+  code = getattr(origin, 'cr_code', None)
+  if code is not None and '/orbax/' in code.co_filename:
+    return True
+  while traceback is not None:
+    if '/orbax/' in traceback.tb_frame.f_code.co_filename:
+      return True
+    traceback = traceback.tb_next
+  return False
