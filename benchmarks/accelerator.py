@@ -45,9 +45,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import wmt_ende_base, wmt_ende_big  # noqa: E402
-from t2t_jax import decode, optim, train_step, translator, xla  # noqa: E402
-from t2t_jax import mesh as mesh_lib  # noqa: E402
-from t2t_jax.model import ModelConfig, Transformer, train_step_flops  # noqa: E402
+from t2t_jax.decoding import decode, translator  # noqa: E402
+from t2t_jax.model.transformer import ModelConfig, Transformer, train_step_flops  # noqa: E402
+from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
+from t2t_jax.platform import xla  # noqa: E402
+from t2t_jax.training import optim, train_step  # noqa: E402
 
 xla.configure_cpu()
 
@@ -78,7 +80,7 @@ def emit(line: dict, out: str | None) -> dict:
 
 
 # config.model.kernels for every model here (--kernels): 'auto', or 'xla' / 'cpu' to compare
-# the hardware forms (t2t_jax/kernels.py) on one machine.
+# the hardware forms (t2t_jax/model/kernels.py) on one machine.
 KERNELS = {'choice': 'auto'}
 
 
@@ -337,7 +339,7 @@ def main() -> None:
   parser.add_argument('--dtypes', default='bfloat16,float32', help='train and decode')
   parser.add_argument('--sentences', default='', help='decode: sentence counts (64,512)')
   parser.add_argument('--kernels', default='auto', choices=('auto', 'xla', 'cpu'),
-                      help='config.model.kernels of every model (t2t_jax/kernels.py)')
+                      help='config.model.kernels of every model (t2t_jax/model/kernels.py)')
   parser.add_argument('--out', default=None, help='also append the JSON lines to this file')
   parser.add_argument('--probe-compile', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()

@@ -27,7 +27,7 @@ Runs on any backend (the GPU/TPU figures are what the cache is for); the model i
 
 --waits trains --config on the corpus for --steps steps twice, each in a fresh process with
 an empty compilation cache: config.compile_ahead off, then on with --threads background
-threads (default: t2t_jax.ahead.default_threads() of this machine). It prints the seconds
+threads (default: t2t_jax.training.ahead.default_threads() of this machine). It prints the seconds
 stepping waited for compilations, as the training log's last lines give them, and the
 training wall time of each.
 """
@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import wmt_sample  # noqa: E402  (benchmarks/wmt_sample.py)
 
 from experiments import demo, wmt_ende_base, wmt_ende_big  # noqa: E402
-from t2t_jax import data  # noqa: E402
+from t2t_jax.data import pipeline  # noqa: E402
 
 CONFIGS = {'base': wmt_ende_base, 'big': wmt_ende_big, 'demo': demo}
 
@@ -84,7 +84,7 @@ def make_config(args: argparse.Namespace):
 
 def epoch_shapes(config, workdir: str) -> tuple[list[tuple[int, ...]], dict]:
   """The distinct train batch shapes of epoch 0, first-seen order, and shape statistics."""
-  datasets = data.get_datasets(config, workdir, num_devices=1)
+  datasets = pipeline.get_datasets(config, workdir, num_devices=1)
   plan = datasets.train.plan(0)
   shapes = list(dict.fromkeys(tuple(int(x) for x in s) for s in plan.shapes))
   real = slots = 0
@@ -101,9 +101,10 @@ def compile_child(config_name: str, shapes: list[list[int]], cache: str) -> dict
   """In a fresh process: compile the train step for each shape; seconds each."""
   import jax  # noqa: E402 (after the parent chose the platform)
 
-  from t2t_jax import mesh as mesh_lib  # noqa: E402
-  from t2t_jax import optim, train_step, xla  # noqa: E402
-  from t2t_jax.model import ModelConfig, Transformer  # noqa: E402
+  from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
+  from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
+  from t2t_jax.platform import xla  # noqa: E402
+  from t2t_jax.training import optim, train_step  # noqa: E402
   xla.configure_cpu()
   xla.enable_compilation_cache(cache)
   config = CONFIGS[config_name].get_config()
@@ -135,7 +136,9 @@ def waits_child(config_name: str, corpus: str, steps: int, threads: int, workdir
   """In a fresh process: train `steps` steps with compile-ahead on `threads` threads (0: off)."""
   from absl import logging  # noqa: E402
 
-  from t2t_jax import ahead, train, xla  # noqa: E402
+  from t2t_jax import trainer  # noqa: E402
+  from t2t_jax.platform import xla  # noqa: E402
+  from t2t_jax.training import ahead  # noqa: E402
   logging.set_verbosity(logging.INFO)  # the log's last lines give the waits
   xla.configure_cpu()
   config = make_config(argparse.Namespace(config=config_name, corpus=corpus, band=2,
@@ -144,17 +147,17 @@ def waits_child(config_name: str, corpus: str, steps: int, threads: int, workdir
   config.update(eval_every_steps=steps, log_every_steps=max(steps // 10, 1),
                 checkpoint_every_minutes=0.0, compilation_cache_dir='')
   ahead.default_threads = lambda: threads
-  train.train_and_evaluate(config, workdir)
+  trainer.train_and_evaluate(config, workdir)
 
 
 def waits(args: argparse.Namespace) -> None:
   """Stepping's compile waits with compile-ahead off and on, in fresh processes."""
-  from t2t_jax import ahead  # noqa: E402
+  from t2t_jax.training import ahead  # noqa: E402
   threads = args.threads if args.threads >= 0 else ahead.default_threads()
   with tempfile.TemporaryDirectory() as tmp:
     # One vocabulary and id cache for both runs, made here, untimed.
     prepared = os.path.join(tmp, 'prepared')
-    data.get_datasets(make_config(args), prepared, num_devices=1)
+    pipeline.get_datasets(make_config(args), prepared, num_devices=1)
     for run_threads in (0, max(threads, 1)):
       workdir = shutil.copytree(prepared, os.path.join(tmp, f'threads{run_threads}'))
       start = time.perf_counter()

@@ -39,7 +39,8 @@ sys.path.insert(0, REPO)
 import wmt_sample  # noqa: E402  (benchmarks/wmt_sample.py)
 
 from experiments import wmt_ende_base  # noqa: E402
-from t2t_jax import batching, id_cache, sources, tokenizer, xla  # noqa: E402
+from t2t_jax.data import batching, id_cache, sources, tokenizer  # noqa: E402
+from t2t_jax.platform import xla  # noqa: E402
 
 xla.configure_cpu()
 

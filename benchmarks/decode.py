@@ -33,7 +33,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 if __name__ == '__main__':
-  from t2t_jax import hugepages
+  from t2t_jax.platform import hugepages
   hugepages.reexec()  # before JAX is imported: glibc's huge pages for XLA's buffers
 
 import jax  # noqa: E402
@@ -41,9 +41,10 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
 from experiments import demo, wmt_ende_base  # noqa: E402
-from t2t_jax import decode, translator, xla  # noqa: E402
-from t2t_jax.mesh import make_mesh, replicated, shard_batch  # noqa: E402
-from t2t_jax.model import ModelConfig, Transformer  # noqa: E402
+from t2t_jax.decoding import decode, translator  # noqa: E402
+from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
+from t2t_jax.platform import xla  # noqa: E402
+from t2t_jax.platform.mesh import make_mesh, replicated, shard_batch  # noqa: E402
 
 CONFIGS = {'base': wmt_ende_base, 'demo': demo}
 

@@ -21,16 +21,17 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 if __name__ == '__main__':
-  from t2t_jax import hugepages
+  from t2t_jax.platform import hugepages
   hugepages.reexec()  # before JAX is imported: glibc's huge pages for XLA's buffers
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import demo, wmt_ende_base, wmt_ende_big  # noqa: E402
-from t2t_jax import mesh as mesh_lib  # noqa: E402
-from t2t_jax import optim, train_step, xla  # noqa: E402
-from t2t_jax.model import ModelConfig, Transformer  # noqa: E402
+from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
+from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
+from t2t_jax.platform import xla  # noqa: E402
+from t2t_jax.training import optim, train_step  # noqa: E402
 
 xla.configure_cpu()
 

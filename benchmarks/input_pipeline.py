@@ -27,7 +27,8 @@ sys.path.insert(0, REPO)
 import wmt_sample  # noqa: E402  (benchmarks/wmt_sample.py)
 
 from experiments import wmt_ende_base  # noqa: E402
-from t2t_jax import batching, data, tokenizer, xla  # noqa: E402
+from t2t_jax.data import batching, pipeline, tokenizer  # noqa: E402
+from t2t_jax.platform import xla  # noqa: E402
 
 xla.configure_cpu()
 
@@ -90,10 +91,10 @@ def main() -> None:
     tokenizer.load_or_train(config, workdir, lambda: read_both_sides(config))
     vocab_s = time.perf_counter() - start
     start = time.perf_counter()
-    datasets = data.get_datasets(config, workdir, num_devices=args.num_devices)
+    datasets = pipeline.get_datasets(config, workdir, num_devices=args.num_devices)
     encode_s = time.perf_counter() - start
     start = time.perf_counter()
-    datasets = data.get_datasets(config, workdir, num_devices=args.num_devices)
+    datasets = pipeline.get_datasets(config, workdir, num_devices=args.num_devices)
     restart_s = time.perf_counter() - start
     train = datasets.train
     per_epoch = train.plan(0).num_batches

@@ -1,7 +1,7 @@
 """The built-in demo: a small Transformer on a generated English→German corpus, sized for
 a 2-core CPU (the README's first command: about 10 minutes, test BLEU above 90).
 
-The corpus (t2t_jax/demo_corpus/) is a seeded grammar with German gender, case and
+The corpus (t2t_jax/data/demo_corpus/) is a seeded grammar with German gender, case and
 verb-final subordinate clauses; it is written into WORKDIR/demo_corpus/ on first use.
 Same architecture and recipe as the paper, scaled down; see wmt_ende_base.py for the keys.
 Train it on your own files instead with
@@ -10,7 +10,7 @@ Train it on your own files instead with
 """
 import ml_collections
 
-from t2t_jax import config_lib
+from t2t_jax.config import config_lib
 
 # Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
 wmt_ende_base = config_lib.load_sibling(__file__, 'wmt_ende_base')

@@ -55,7 +55,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Compute dtype: 'auto' = bfloat16 on GPU/TPU, float32 on CPU (config_lib.compute_dtype);
   # parameters, Adam moments, softmax, layer-norm statistics and the loss stay float32.
   config.model.dtype = 'auto'
-  # Hardware forms (t2t_jax/kernels.py): 'auto' = the CPU forms on a CPU, the plain 'xla'
+  # Hardware forms (t2t_jax/model/kernels.py): 'auto' = the CPU forms on a CPU, the plain 'xla'
   # ones elsewhere; the same model either way.
   config.model.kernels = 'auto'
 
@@ -99,9 +99,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.average_last = 5  # §6.1: base averages the last 5 checkpoints
   config.average_allow_fewer = False  # True: average what exists (with a warning)
   # Compiled steps kept on disk for later runs, restarts, eval and translate ('' = off).
-  config.compilation_cache_dir = '~/.cache/t2t_jax/xla'
+  config.compilation_cache_dir = '~/.cache/t2t_jax/platform/xla'
   # Compile the train and dev-loss steps for every batch shape the epoch will meet in
-  # background threads at start (t2t_jax/ahead.py), so that stepping seldom waits for one;
+  # background threads at start (t2t_jax/training/ahead.py), so that stepping seldom waits for one;
   # on machines of at least 4 cores (below, the step needs them all).
   config.compile_ahead = True
   # Which checkpoint a mode reads. restore_step: 0 = the newest; N = checkpoints/N (train

@@ -9,7 +9,7 @@ notebooks/colab.ipynb selects it on a TPU or GPU runtime.
 """
 import ml_collections
 
-from t2t_jax import config_lib
+from t2t_jax.config import config_lib
 
 # Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
 wmt_ende_base = config_lib.load_sibling(__file__, 'wmt_ende_base')
@@ -19,7 +19,7 @@ def get_config() -> ml_collections.ConfigDict:
   config = wmt_ende_base.get_config()
   # bfloat16 compute: half the activation memory of float32 and the v5e's (and A100/L4's)
   # matrix units' native type. Parameters, Adam moments, softmax, layer-norm statistics and
-  # the loss stay float32 (model.py). 'auto' would choose it too on a TPU or GPU; named here
+  # the loss stay float32 (transformer.py). 'auto' would choose it too on a TPU or GPU; named here
   # so that the memory estimate below holds wherever the config runs. A deviation from the
   # paper, which trained in float32 on P100 GPUs (§5.2; a P100 has no bfloat16);
   # --config.model.dtype=float32 restores it. (Nor has a T4 bfloat16 matrix units: there it

@@ -1,7 +1,7 @@
 """Transformer (big) on WMT14 English→German: Table 3, row "big" (28.4 BLEU, Table 2)."""
 import ml_collections
 
-from t2t_jax import config_lib
+from t2t_jax.config import config_lib
 
 # Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
 wmt_ende_base = config_lib.load_sibling(__file__, 'wmt_ende_base')

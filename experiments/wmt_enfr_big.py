@@ -2,7 +2,7 @@
 §6.1's text says 41.0, the figure of the first versions)."""
 import ml_collections
 
-from t2t_jax import config_lib
+from t2t_jax.config import config_lib
 
 # Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
 wmt_ende_big = config_lib.load_sibling(__file__, 'wmt_ende_big')

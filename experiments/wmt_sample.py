@@ -14,7 +14,7 @@ training without --config.train_files stops at once with an error naming the key
 """
 import ml_collections
 
-from t2t_jax import config_lib
+from t2t_jax.config import config_lib
 
 # Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
 demo = config_lib.load_sibling(__file__, 'demo')

@@ -7,7 +7,7 @@ from __future__ import annotations
 if __name__ == '__main__':
   # Before anything else is imported: this may run the command again in this process, with
   # glibc's huge pages for XLA's buffers (hugepages.py; a base train step ~18% faster on a CPU).
-  from t2t_jax import hugepages
+  from t2t_jax.platform import hugepages
   hugepages.reexec()
 
 import json
@@ -18,22 +18,13 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from t2t_jax import (
-  attention_maps,
-  checkpoints,
-  config_lib,
-  distributed,
-  errors,
-  evaluate,
-  export,
-  quiet,
-  study,
-  train,
-  translator,
-  xla,
-)
-from t2t_jax import workdir as workdir_lib
-from t2t_jax.model import ModelConfig, init_param_count
+from t2t_jax import study, trainer
+from t2t_jax.config import config_lib
+from t2t_jax.decoding import attention_maps, evaluate, export, translator
+from t2t_jax.model.transformer import ModelConfig, init_param_count
+from t2t_jax.platform import distributed, errors, quiet, xla
+from t2t_jax.platform import workdir as workdir_lib
+from t2t_jax.training import checkpoints
 
 MODES = config_lib.MODES
 
@@ -90,7 +81,7 @@ def main(argv: list[str]) -> None:
     # Python from reporting the pipe again when it flushes stdout at exit.
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     sys.exit(128 + 13)  # what a shell reports for a process ended by SIGPIPE
-  except train.StoppedBySignal as e:
+  except trainer.StoppedBySignal as e:
     # Saved, but not finished: a non-zero status tells schedulers and loops to run it again.
     print(f't2t_jax: {e}', file=sys.stderr)
     sys.exit(e.exit_status)
@@ -154,7 +145,7 @@ def _dispatch() -> None:
     _study()
     return
   logging.info('Config:\n%s', config)
-  train.train_and_evaluate(config, FLAGS.workdir)
+  trainer.train_and_evaluate(config, FLAGS.workdir)
 
 
 def _study() -> None:

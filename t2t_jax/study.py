@@ -16,7 +16,7 @@ perplexity against parameters, and BLEU per row.
 Resuming: a row whose training and evaluation finished is recorded in DIR/<row>/study.json
 with the config it ran, and is not trained or evaluated again while that config stays the
 same (a changed one trains on from its checkpoints, is evaluated again and replaced, with a
-warning); a row stopped part-way resumes from its checkpoints (train.py), its time budget
+warning); a row stopped part-way resumes from its checkpoints (trainer.py), its time budget
 counting the minutes already trained. Rows recorded by an earlier invocation stay in the
 table, marked with the settings they differ in: no result drops out of it. The rows share one
 vocabulary (the first row's, copied), as Table 3's did: perplexities per word-piece compare
@@ -41,9 +41,13 @@ import jax
 import ml_collections
 from absl import logging
 
-from t2t_jax import checkpoints, config_lib, errors, evaluate, files, train
-from t2t_jax import workdir as workdir_lib
-from t2t_jax.model import ModelConfig, init_param_count
+from t2t_jax import trainer
+from t2t_jax.config import config_lib
+from t2t_jax.decoding import evaluate
+from t2t_jax.model.transformer import ModelConfig, init_param_count
+from t2t_jax.platform import errors, files
+from t2t_jax.platform import workdir as workdir_lib
+from t2t_jax.training import checkpoints
 
 ROW_RECORD = 'study.json'  # in DIR/<row>/: written once the row is trained and evaluated
 TABLE_JSON, TABLE_MD, TABLE_PNG = 'table3.json', 'table3.md', 'table3.png'
@@ -179,7 +183,7 @@ def run_row(row: str, config: ml_collections.ConfigDict, row_dir: str, study_dir
                     os.path.join(row_dir, ROW_RECORD), ', '.join(differ))
   _share_vocabulary(config, row_dir, study_dir)
   logging.info('Row %s: training in %s', row, row_dir)
-  train.train_and_evaluate(config, row_dir)
+  trainer.train_and_evaluate(config, row_dir)
   start = time.monotonic()
   scores = evaluate.run_eval(config, row_dir)
   measured = measure(config, scores, row_dir)
@@ -201,7 +205,7 @@ def measure(config: ml_collections.ConfigDict, scores: Mapping[str, Any], row_di
   paper's (bleu.py); sacreBLEU is kept beside it."""
   model = ModelConfig.from_config(config)
   params = init_param_count(model)
-  trained_s = checkpoints.read_data_state(row_dir, scores['step']).get(train.TRAIN_SECONDS)
+  trained_s = checkpoints.read_data_state(row_dir, scores['step']).get(trainer.TRAIN_SECONDS)
   return {'N': model.num_layers, 'd_model': model.d_model, 'd_ff': model.d_ff,
           'h': model.num_heads, 'd_k': model.key_size, 'd_v': model.value_size,
           'P_drop': model.dropout_rate, 'eps_ls': config.label_smoothing,

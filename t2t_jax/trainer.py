@@ -21,22 +21,16 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh
 
-from t2t_jax import (
-  ahead,
-  bleu,
-  checkpoints,
-  config_lib,
-  data,
-  distributed,
-  errors,
-  optim,
-  translator,
-)
-from t2t_jax import workdir as workdir_lib
-from t2t_jax.mesh import make_mesh, shard_batch
-from t2t_jax.metrics import MetricWriter, Throughput
-from t2t_jax.model import ModelConfig, Transformer
-from t2t_jax.train_step import (
+from t2t_jax.config import config_lib
+from t2t_jax.data import pipeline
+from t2t_jax.decoding import bleu, translator
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import distributed, errors
+from t2t_jax.platform import workdir as workdir_lib
+from t2t_jax.platform.mesh import make_mesh, shard_batch
+from t2t_jax.platform.metrics import MetricWriter, Throughput
+from t2t_jax.training import ahead, checkpoints, optim
+from t2t_jax.training.train_step import (
   Metrics,
   TrainState,
   compile_steps,
@@ -202,7 +196,7 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
 
 def _compile_ahead(config: ml_collections.ConfigDict, model_config: ModelConfig,
                    train_fn: Callable, eval_fn: Callable, state: TrainState,
-                   datasets: data.Datasets, mesh: Mesh,
+                   datasets: pipeline.Datasets, mesh: Mesh,
                    ) -> tuple[ahead.Precompiled, ahead.Precompiled, ahead.Precompiled | None, Any]:
   """The train step, the eval step and dev BLEU's beam search (None without dev BLEU) as
   ahead.Precompiled: with config.compile_ahead, every train shape the epoch plan holds, then
@@ -223,10 +217,10 @@ def _compile_ahead(config: ml_collections.ConfigDict, model_config: ModelConfig,
   return train_fn, eval_fn, search, pool
 
 
-def _load_data(config: ml_collections.ConfigDict, workdir: str, mesh: Mesh) -> data.Datasets:
+def _load_data(config: ml_collections.ConfigDict, workdir: str, mesh: Mesh) -> pipeline.Datasets:
   """data.Datasets of this process; in a multi-process run, process 0 builds what goes to
   disk first, and every process must end with the same config, vocabulary and data."""
-  datasets = data.get_datasets(config, workdir, num_devices=mesh.size,
+  datasets = pipeline.get_datasets(config, workdir, num_devices=mesh.size,
                                process_index=jax.process_index(),
                                process_count=jax.process_count(),
                                once=distributed.first_then_others,
@@ -257,7 +251,7 @@ TRAIN_SECONDS = 'train_seconds'
 VOCABULARY = 'vocabulary'
 
 
-def _vocabulary_fingerprint(datasets: data.Datasets) -> str:
+def _vocabulary_fingerprint(datasets: pipeline.Datasets) -> str:
   return getattr(datasets.tokenizer, 'fingerprint', '')
 
 
@@ -298,7 +292,7 @@ class TrainingClock:
 
 def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir: str,
              checkpointer: checkpoints.Checkpointer, state: TrainState,
-             datasets: data.Datasets,
+             datasets: pipeline.Datasets,
              ) -> tuple[TrainState, float]:
   """The newest checkpoint (or config.restore_step's) and the seconds trained up to it, else
   the fresh state of a new run and 0.

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-from t2t_jax import xla  # noqa: E402  (after the environment above)
+from t2t_jax.platform import xla  # noqa: E402  (after the environment above)
 
 xla.configure_cpu()
 
@@ -38,8 +38,8 @@ def tiny_workdir(tmp_path_factory) -> str:
   """A run of test_evaluate.tiny_config() trained for 6 steps (checkpoints at 3 and 6),
   shared by the tests of translation and evaluation."""
   import test_evaluate  # a test module: imported when a test asks for this fixture
-  from t2t_jax import train
+  from t2t_jax import trainer
 
   path = str(tmp_path_factory.mktemp('trained'))
-  train.train_and_evaluate(test_evaluate.tiny_config(), path)
+  trainer.train_and_evaluate(test_evaluate.tiny_config(), path)
   return path

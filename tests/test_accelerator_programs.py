@@ -25,13 +25,15 @@ import jax.numpy as jnp
 import pytest
 
 from experiments import wmt_ende_base
-from t2t_jax import kernels, optim, train_step, translator
-from t2t_jax import mesh as mesh_lib
-from t2t_jax.model import ModelConfig, Transformer, train_step_flops
+from t2t_jax.decoding import translator
+from t2t_jax.model import kernels
+from t2t_jax.model.transformer import ModelConfig, Transformer, train_step_flops
+from t2t_jax.platform import mesh as mesh_lib
+from t2t_jax.training import optim, train_step
 
 PLATFORMS = ('cuda', 'tpu')
 ROWS, LENGTH = 8, 16  # a small batch: 8 × 16 source and target tokens
-# The forward products whose results stay float32 (einsum subscripts' outputs, see model.py):
+# The forward products whose results stay float32 (einsum subscripts' outputs, see transformer.py):
 # attention logits (training: bhqk; decoding over the cache: bhqn and the own key's bhq) and
 # the tied pre-softmax logits (btv).
 F32_OUTPUTS = ('->bhqk', '->bhqn', '->bhq', '->btv')

@@ -1,4 +1,4 @@
-"""Compiling ahead (t2t_jax/ahead.py): the shapes the plan promises are the shapes the
+"""Compiling ahead (t2t_jax/training/ahead.py): the shapes the plan promises are the shapes the
 batches have, and a run compiles its steps in background threads, not on the step path,
 with the same results as compiling each shape when met."""
 import json
@@ -12,9 +12,12 @@ import pytest
 import test_data  # pytest puts tests/ (no __init__.py) on sys.path
 import test_evaluate
 import test_train
-from t2t_jax import ahead, data, optim, synthetic, train, train_step, translator
-from t2t_jax import mesh as mesh_lib
-from t2t_jax.model import ModelConfig, Transformer
+from t2t_jax import trainer
+from t2t_jax.data import pipeline, synthetic
+from t2t_jax.decoding import translator
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import mesh as mesh_lib
+from t2t_jax.training import ahead, optim, train_step
 
 
 def files_config(tmp_path, **overrides):
@@ -34,7 +37,7 @@ def test_batch_shapes_are_those_of_the_batches_to_come(tmp_path, num_devices, gr
   """From a position mid-epoch: the distinct shapes of the rest of the epoch and of the
   next one, in the order they first come; the dev set's likewise."""
   config = files_config(tmp_path)
-  datasets = data.get_datasets(config, str(tmp_path / 'work'), num_devices=num_devices,
+  datasets = pipeline.get_datasets(config, str(tmp_path / 'work'), num_devices=num_devices,
                                grad_accum_steps=grad_accum_steps)
   batches = datasets.train
   epoch_length = batches.plan(0).num_batches
@@ -69,7 +72,7 @@ def train_logging_compiles(config, workdir):
   # The global setting, not jax.log_compiles(): that one holds for this thread alone.
   jax.config.update('jax_log_compiles', True)
   try:
-    train.train_and_evaluate(config, str(workdir))
+    trainer.train_and_evaluate(config, str(workdir))
   finally:
     jax.config.update('jax_log_compiles', False)
     logger.removeHandler(handler)
@@ -182,7 +185,7 @@ def test_dev_bleus_search_is_built_once_and_compiled_ahead(tmp_path, monkeypatch
   config.update(num_train_steps=4, eval_every_steps=2, eval_bleu_every_steps=2,
                 compile_ahead=True, compilation_cache_dir='')
   run, metrics = train_logging_compiles(config, tmp_path / 'run')
-  datasets = data.get_datasets(config, str(tmp_path / 'run'), num_devices=1)
+  datasets = pipeline.get_datasets(config, str(tmp_path / 'run'), num_devices=1)
   _, inputs = translator.encode_inputs(datasets.dev.sources, datasets.tokenizer, 10**6)
   shapes = set(translator.batch_shapes(inputs, config, 1))
   assert len([n for _, n in run if 'search' in n]) == len(shapes) > 1

@@ -30,33 +30,36 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = 't2t_jax'
 
-# Bottom first: a module may import only modules listed before it. A new file must be placed
-# here deliberately (test_every_module_is_in_order), which is where its layer gets decided.
+# The subpackages, bottom first, each a layer of the data flow with its modules bottom first:
+# a module may import only modules listed before it, so a package imports only the packages
+# before it. A new file must be placed here deliberately (test_every_module_is_in_order),
+# which is where its layer gets decided. Each package's __init__ (a docstring) comes first.
+LAYERS = {
+    # plumbing: no paper in it
+    'platform': ['errors', 'quiet', 'progress', 'files', 'hugepages', 'xla', 'distributed',
+                 'workdir', 'metrics', 'mesh'],
+    # the config (experiments/*.py are checked by config_lib)
+    'config': ['config_lib'],
+    # §5.1's data
+    'data': ['tokenizer', 'id_cache', 'sources', 'batching', 'synthetic',
+             'demo_corpus.lexicon', 'demo_corpus.grammar', 'demo_corpus.sampling',
+             'demo_corpus.writer', 'demo_corpus', 'demo_corpus.__main__', 'pipeline'],
+    # one seam for every backend-specific way of computing the same thing, then §3's model
+    'model': ['kernels', 'transformer'],
+    # §5's loss, optimizer and step, checkpoints and §6.1's averaging
+    'training': ['losses', 'optim', 'train_step', 'ahead', 'checkpoints'],
+    # §6.1's beam search, BLEU and what uses them
+    'decoding': ['decode', 'translator', 'bleu', 'evaluate', 'attention_maps', 'export'],
+}
+# Over the layers: the loop that drives them all, Table 3's study of many runs (§6.2), the
+# command line; then the package __init__, which imports nothing of the project (every
+# submodule import runs it).
+ENTRY_POINTS = ['trainer', 'study', 'main']
 ORDER = [
-    # plumbing: no paper in them
-    't2t_jax.errors', 't2t_jax.quiet', 't2t_jax.progress', 't2t_jax.files', 't2t_jax.hugepages',
-    't2t_jax.xla',
-    't2t_jax.distributed', 't2t_jax.workdir', 't2t_jax.metrics',
-    # config (experiments/*.py are checked by t2t_jax.config_lib)
-    't2t_jax.config_lib',
-    # data (§5.1)
-    't2t_jax.tokenizer', 't2t_jax.id_cache', 't2t_jax.sources', 't2t_jax.batching',
-    't2t_jax.synthetic',
-    't2t_jax.demo_corpus.lexicon', 't2t_jax.demo_corpus.grammar', 't2t_jax.demo_corpus.sampling',
-    't2t_jax.demo_corpus.writer', 't2t_jax.demo_corpus', 't2t_jax.demo_corpus.__main__',
-    't2t_jax.data',
-    # hardware forms (one seam for every backend-specific way of computing the same thing),
-    # then the model (§3), loss and optimizer (§5.3, §5.4)
-    't2t_jax.kernels', 't2t_jax.model', 't2t_jax.losses', 't2t_jax.optim',
-    # training step (§5), checkpoints and averaging (§5.2, §6.1)
-    't2t_jax.mesh', 't2t_jax.train_step', 't2t_jax.ahead', 't2t_jax.checkpoints',
-    # decoding and BLEU (§6.1)
-    't2t_jax.decode', 't2t_jax.translator', 't2t_jax.bleu', 't2t_jax.evaluate',
-    't2t_jax.attention_maps', 't2t_jax.export',
-    # the loop that drives them all, Table 3's study of many runs (§6.2), the command line
-    't2t_jax.train', 't2t_jax.study', 't2t_jax.main',
-    # the package __init__: every submodule import runs it, so it imports nothing of the project
-    't2t_jax',
+    *[name for package, modules in LAYERS.items()
+      for name in [f'{PACKAGE}.{package}', *(f'{PACKAGE}.{package}.{m}' for m in modules)]],
+    *(f'{PACKAGE}.{m}' for m in ENTRY_POINTS),
+    PACKAGE,
 ]
 
 # Optional heavy dependencies that may be imported inside a function, so that the paths that
@@ -89,7 +92,8 @@ def is_lazy(module: str) -> bool:
 
 
 def module_name(path: pathlib.Path, root: pathlib.Path) -> str:
-  """`t2t_jax/demo_corpus/lexicon.py` -> `t2t_jax.demo_corpus.lexicon`; packages by their name."""
+  """`t2t_jax/data/demo_corpus/lexicon.py` -> `t2t_jax.data.demo_corpus.lexicon`; packages
+  by their name."""
   parts = path.relative_to(root).with_suffix('').parts
   return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
 
@@ -135,9 +139,10 @@ def _targets(node: ast.stmt, module: str, is_package: bool, modules: set[str]) -
   if isinstance(node, ast.Import):
     return [alias.name for alias in node.names]
   base = _absolute(node, module, is_package)
-  # `from t2t_jax import data` imports the module t2t_jax.data; `from t2t_jax.model import
-  # Transformer` the module t2t_jax.model. The parent package's __init__ that Python runs on
-  # the way is not an edge: it would put every subpackage module in a cycle with its __init__.
+  # `from t2t_jax.data import pipeline` imports the module t2t_jax.data.pipeline; `from
+  # t2t_jax.model.transformer import Transformer` the module t2t_jax.model.transformer. The
+  # parent package's __init__ that Python runs on the way is not an edge: it would put every
+  # subpackage module in a cycle with its __init__.
   return [f'{base}.{alias.name}' if f'{base}.{alias.name}' in modules else base
           for alias in node.names]
 
@@ -288,6 +293,29 @@ def placement_problems(root: pathlib.Path, order: list[str]) -> list[str]:
           [f'{module} is in ORDER more than once' for module in duplicates])
 
 
+def layer_of(module: str) -> str:
+  """`t2t_jax.data.demo_corpus.writer` -> `data`; an entry point (`t2t_jax.main`) -> ``."""
+  parts = module.split('.')
+  return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else ''
+
+
+def layer_problems(root: pathlib.Path) -> list[str]:
+  """Imports from one subpackage into another above it in LAYERS (entry points are above
+  them all), as `file:line: why`: the package-level view of order_problems."""
+  modules = package_modules(root)
+  rank = {layer: i for i, layer in enumerate([*LAYERS, ''])}
+  problems = []
+  for module, edges in import_graph(root).items():
+    if module == PACKAGE or layer_of(module) not in rank:
+      continue
+    for target, line in sorted(edges.items(), key=lambda edge: edge[1]):
+      if rank.get(layer_of(target), -1) > rank[layer_of(module)]:
+        problems.append(f'{modules[module].relative_to(root)}:{line}: the '
+                        f'{layer_of(module) or "entry-point"} layer imports {target} of '
+                        f'{layer_of(target) or "the entry points"}, above it')
+  return problems
+
+
 def _fail(problems: list[str], what: str) -> None:
   if problems:
     pytest.fail(f'{len(problems)} {what}:\n' + '\n'.join(problems), pytrace=False)
@@ -319,6 +347,20 @@ def test_imports_point_down_the_order():
   _fail(order_problems(ROOT, ORDER), 'import(s) against the data flow')
 
 
+def test_subpackages_import_only_the_layers_below():
+  _fail(layer_problems(ROOT), 'import(s) from a higher subpackage')
+
+
+def test_no_module_is_named_like_a_package_beside_it():
+  """`train.py` beside `training/` would leave a reader guessing which holds the step."""
+  names = {path.stem for path in (ROOT / PACKAGE).glob('*.py')}
+  packages = {path.parent.name for path in (ROOT / PACKAGE).glob('*/__init__.py')}
+  clashes = [f'{PACKAGE}/{name}.py beside {PACKAGE}/{package}/'
+             for name in sorted(names) for package in sorted(packages)
+             if name.rstrip('s') == package.rstrip('s') or package.startswith(name)]
+  _fail(clashes, 'module(s) named like a subpackage')
+
+
 def test_package_init_imports_nothing_of_the_project():
   """Every submodule import runs the package __init__, so it imports nothing of the project
   when it runs; its public names (`from t2t_jax import Translator`) load on first use,
@@ -332,8 +374,9 @@ def test_package_init_imports_nothing_of_the_project():
 
 
 def test_a_submodule_import_loads_no_jax_and_the_public_names_load_on_use():
-  code = ('import sys, t2t_jax.errors, t2t_jax.progress; assert "jax" not in sys.modules; '
-          'from t2t_jax import Translator, Hypothesis; from t2t_jax import translator; '
+  code = ('import sys, t2t_jax.platform.errors, t2t_jax.platform.progress; '
+          'assert "jax" not in sys.modules; from t2t_jax import Translator, Hypothesis; '
+          'from t2t_jax.decoding import translator; '
           'assert (Translator, Hypothesis) == (translator.Translator, translator.Hypothesis); '
           'import t2t_jax; assert sorted(t2t_jax.__all__) == ["Hypothesis", "Translator"]; '
           'from t2t_jax import Nothing')

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from t2t_jax import bleu
+from t2t_jax.decoding import bleu
 
 HYPOTHESES = ['Der Hund sieht den Ball.', 'Die Frau liest ein langes Buch im Garten.',
               'Ein Mann kauft, weil er Hunger hat, das Brot.', 'Die Nord-Süd-Verbindung ist neu.',

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from experiments import demo
-from t2t_jax import checkpoints, optim, train, train_step
-from t2t_jax import mesh as mesh_lib
-from t2t_jax.model import ModelConfig, Transformer
+from t2t_jax import trainer
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import mesh as mesh_lib
+from t2t_jax.training import checkpoints, optim, train_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 12
@@ -42,8 +43,8 @@ def latest_state_arrays(workdir):
   checkpointer = checkpoints.Checkpointer(workdir, keep=50)
   state, data_state = checkpointer.restore(_template(tiny_config()))
   checkpointer.close()
-  data_state.pop(train.TRAIN_SECONDS, None)
-  assert data_state.pop(train.VOCABULARY) == f'ids-{tiny_config().vocab_size}'
+  data_state.pop(trainer.TRAIN_SECONDS, None)
+  assert data_state.pop(trainer.VOCABULARY) == f'ids-{tiny_config().vocab_size}'
   return jax.device_get((state.params, state.opt_state, state.step)), data_state
 
 
@@ -55,14 +56,14 @@ def assert_trees_equal(a, b):
 @pytest.fixture(scope='module')
 def straight_run(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp('straight'))
-  train.train_and_evaluate(tiny_config(), workdir)
+  trainer.train_and_evaluate(tiny_config(), workdir)
   return latest_state_arrays(workdir)
 
 
 def test_stop_and_resume_is_bitwise_identical(tmp_path, straight_run):
-  train.train_and_evaluate(tiny_config(num_train_steps=STEPS // 2), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(num_train_steps=STEPS // 2), str(tmp_path))
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 6]
-  train.train_and_evaluate(tiny_config(), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(), str(tmp_path))
   resumed = latest_state_arrays(str(tmp_path))
   assert_trees_equal(resumed, straight_run)
   assert resumed[1] == {'batch_number': STEPS}
@@ -166,7 +167,7 @@ def no_retry_wait(monkeypatch):
 
 def test_corrupt_latest_checkpoint_is_moved_aside_and_its_step_saved_again(
     tmp_path, caplog, no_retry_wait):
-  train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8]
   tear(str(tmp_path), 8)
   (_, _, step), data_state = latest_state_arrays(str(tmp_path))
@@ -175,14 +176,14 @@ def test_corrupt_latest_checkpoint_is_moved_aside_and_its_step_saved_again(
   assert caplog.text.count('retrying') == checkpoints.READ_ATTEMPTS - 1
   # Moved aside, not deleted, so that training can write step 8 again.
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', 'corrupt-8']
-  train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8]
   assert (tmp_path / 'checkpoints' / 'corrupt-8').is_dir()
 
 
 def test_transient_read_error_is_retried_not_taken_for_corruption(
     tmp_path, monkeypatch, no_retry_wait):
-  train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
   failures = []
   original = checkpoints.Checkpointer._restore
 
@@ -200,14 +201,14 @@ def test_transient_read_error_is_retried_not_taken_for_corruption(
 def test_no_readable_checkpoint_is_an_error_until_restart(tmp_path, no_retry_wait):
   """Every checkpoint unreadable: not a silent start from step 0, which orbax would then
   not even save (it declines steps at or below its latest)."""
-  train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
   tear(str(tmp_path), 4)
   tear(str(tmp_path), 8)
   for _ in range(2):  # and again after they were moved aside
     with pytest.raises(ValueError, match='No readable checkpoint.*config.restart=True'):
-      train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+      trainer.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['corrupt-4', 'corrupt-8']
-  train.train_and_evaluate(tiny_config(num_train_steps=8, restart=True), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(num_train_steps=8, restart=True), str(tmp_path))
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8]
   previous = [n for n in os.listdir(tmp_path) if n.startswith('previous-')]
   assert len(previous) == 1
@@ -223,14 +224,14 @@ def test_no_readable_checkpoint_is_an_error_until_restart(tmp_path, no_retry_wai
 @pytest.mark.parametrize('recorded', [True, False])
 def test_another_model_shape_is_an_error_naming_parameter_and_key(
     tmp_path, name, value, parameter, recorded):
-  train.train_and_evaluate(tiny_config(num_train_steps=4), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(num_train_steps=4), str(tmp_path))
   if not recorded:  # a workdir from before config.json: the key is inferred from shapes
     os.remove(tmp_path / 'config.json')
   config = tiny_config(num_train_steps=8)
   config.model[name] = value
   key = f'config.model.{name}'
   with pytest.raises(ValueError) as info:
-    train.train_and_evaluate(config, str(tmp_path))
+    trainer.train_and_evaluate(config, str(tmp_path))
   message = str(info.value)
   assert 'checkpoints/4 holds another model' in message and parameter in message
   assert key in message and 'config.restart=True' in message
@@ -240,7 +241,7 @@ def test_another_model_shape_is_an_error_naming_parameter_and_key(
 
 
 def test_declined_save_is_an_error(tmp_path):
-  train.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
   checkpointer = checkpoints.Checkpointer(str(tmp_path), keep=5)
   state, data_state = checkpointer.restore(
       _template(tiny_config()), step=4)  # step 4 while 8 exists
@@ -251,22 +252,22 @@ def test_declined_save_is_an_error(tmp_path):
 
 
 def test_resume_from_an_older_checkpoint_moves_newer_ones_aside(tmp_path, straight_run):
-  train.train_and_evaluate(tiny_config(), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(), str(tmp_path))
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8, 12]
-  train.train_and_evaluate(tiny_config(restore_step=4), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(restore_step=4), str(tmp_path))
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8, 12]
   previous = [n for n in os.listdir(tmp_path) if n.startswith('previous-')]
   assert sorted(os.listdir(tmp_path / previous[0] / 'checkpoints')) == ['12', '8']
   assert_trees_equal(latest_state_arrays(str(tmp_path)), straight_run)  # exact from step 4
   with pytest.raises(ValueError, match='restore_step=5: .* has no checkpoint 5'):
-    train.train_and_evaluate(tiny_config(restore_step=5), str(tmp_path))
+    trainer.train_and_evaluate(tiny_config(restore_step=5), str(tmp_path))
 
 
 def test_resume_logs_how_the_config_changed(tmp_path, caplog):
-  train.train_and_evaluate(tiny_config(num_train_steps=4), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(num_train_steps=4), str(tmp_path))
   recorded = json.load(open(tmp_path / 'config.json'))
   assert recorded['num_train_steps'] == 4 and recorded['model']['d_model'] == 32
-  train.train_and_evaluate(tiny_config(num_train_steps=8, log_every_steps=2), str(tmp_path))
+  trainer.train_and_evaluate(tiny_config(num_train_steps=8, log_every_steps=2), str(tmp_path))
   assert 'config.log_every_steps: 4 -> 2; config.num_train_steps: 4 -> 8' in caplog.text
   assert json.load(open(tmp_path / 'config.json')) == recorded  # the run's first config
 
@@ -280,7 +281,7 @@ def _template(config):
 def test_unreadable_checkpoints_are_named_and_skipped_by_average_and_decoding(
     tmp_path, caplog, no_retry_wait):
   workdir = str(tmp_path)
-  train.train_and_evaluate(tiny_config(), workdir)
+  trainer.train_and_evaluate(tiny_config(), workdir)
   tear(workdir, 12)
   assert checkpoints.average_checkpoints(workdir, 2) == (8, [4, 8])
   assert 'checkpoints/12 is unreadable' in caplog.text
@@ -291,7 +292,7 @@ def test_unreadable_checkpoints_are_named_and_skipped_by_average_and_decoding(
 
 def test_averaging_is_the_arithmetic_mean(tmp_path):
   workdir = str(tmp_path)
-  train.train_and_evaluate(tiny_config(), workdir)
+  trainer.train_and_evaluate(tiny_config(), workdir)
   steps = checkpoints.checkpoint_steps(workdir)
   assert steps == [4, 8, 12]
   trees = [checkpoints._restore_params(os.path.join(workdir, 'checkpoints'), s)
@@ -312,7 +313,7 @@ def test_averaging_is_the_arithmetic_mean(tmp_path):
 
 def test_averaging_fewer_checkpoints_than_asked(tmp_path):
   workdir = str(tmp_path)
-  train.train_and_evaluate(tiny_config(num_train_steps=8), workdir)
+  trainer.train_and_evaluate(tiny_config(num_train_steps=8), workdir)
   with pytest.raises(ValueError, match='average_last=5.*only 2'):
     checkpoints.average_checkpoints(workdir, 5)
   assert checkpoints.checkpoint_steps(workdir, checkpoints.AVERAGED) == []
@@ -322,8 +323,8 @@ def test_averaging_fewer_checkpoints_than_asked(tmp_path):
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   config = tiny_config(num_train_steps=40, log_every_steps=1, checkpoint_every_steps=2,
                        learning_rate_scale=1e12)
-  with pytest.raises(train.TrainingDiverged, match='non-finite at step') as info:
-    train.train_and_evaluate(config, str(tmp_path))
+  with pytest.raises(trainer.TrainingDiverged, match='non-finite at step') as info:
+    trainer.train_and_evaluate(config, str(tmp_path))
   bad_step = int(str(info.value).split('step ')[1].split('.')[0])
   steps = checkpoints.checkpoint_steps(str(tmp_path))
   assert all(s < bad_step for s in steps)
@@ -345,8 +346,8 @@ def test_finite_loss_with_non_finite_gradient_is_never_saved(tmp_path, monkeypat
     return loss + 0.0 * jnp.sqrt(jnp.sum(leaf) * 0.0), sums
   monkeypatch.setattr(train_step, '_loss_sums', nan_gradient)
   config = tiny_config(num_train_steps=8, log_every_steps=100, checkpoint_every_steps=1)
-  with pytest.raises(train.TrainingDiverged, match='gradient .*non-finite at step 1'):
-    train.train_and_evaluate(config, str(tmp_path))
+  with pytest.raises(trainer.TrainingDiverged, match='gradient .*non-finite at step 1'):
+    trainer.train_and_evaluate(config, str(tmp_path))
   assert checkpoints.checkpoint_steps(str(tmp_path)) == []
 
 

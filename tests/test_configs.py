@@ -10,16 +10,18 @@ import sys
 import pytest
 
 from experiments import (
-    demo,
-    table3,
-    wmt_ende_base,
-    wmt_ende_big,
-    wmt_enfr_base,
-    wmt_enfr_big,
-    wmt_sample,
+  demo,
+  table3,
+  wmt_ende_base,
+  wmt_ende_big,
+  wmt_enfr_base,
+  wmt_enfr_big,
+  wmt_sample,
 )
-from t2t_jax import config_lib, errors, model
-from t2t_jax.model import ModelConfig
+from t2t_jax.config import config_lib
+from t2t_jax.model import transformer
+from t2t_jax.model.transformer import ModelConfig
+from t2t_jax.platform import errors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What experiments/wmt_sample.py's docstring asks for: the files come from the command line.
@@ -53,7 +55,7 @@ def test_table3_row(row):
   assert config.num_train_steps == (300_000 if row == 'big' else 100_000)
   assert config.vocab_size == 37000
   # The built model has exactly the closed-form number of parameters.
-  assert model.init_param_count(m) == model.closed_form_param_count(m)
+  assert transformer.init_param_count(m) == transformer.closed_form_param_count(m)
 
 
 def test_unknown_row_is_a_clear_error():
@@ -142,7 +144,8 @@ def test_closed_form_count_is_independent_arithmetic():
   ffn = 2 * 512 * 2048 + 2048 + 512
   expected = 37000 * 512 + 6 * (attention + ffn + 2 * 1024) + 6 * (2 * attention + ffn + 3 * 1024)
   assert expected == 63_045_632
-  assert model.init_param_count(ModelConfig.from_config(wmt_ende_base.get_config())) == expected
+  config = ModelConfig.from_config(wmt_ende_base.get_config())
+  assert transformer.init_param_count(config) == expected
 
 
 @pytest.mark.parametrize('key,value,message', [
@@ -406,8 +409,8 @@ def test_modes_are_main_py_s():
 
 
 def test_config_lib_imports_no_other_module_of_the_project():
-  """config → data → model: model.py imports config_lib, so config_lib must not import it
-  (or anything that does); t2t_jax.errors is its one project import."""
+  """config → data → model: transformer.py imports config_lib, so config_lib must not import it
+  (or anything that does); t2t_jax.platform.errors is its one project import."""
   with open(os.path.join(ROOT, 't2t_jax', 'config_lib.py'), encoding='utf-8') as f:
     tree = ast.parse(f.read())
   imported = set()
@@ -416,12 +419,13 @@ def test_config_lib_imports_no_other_module_of_the_project():
       imported |= {alias.name for alias in node.names}
     elif isinstance(node, ast.ImportFrom):
       imported |= {f'{node.module}.{alias.name}' for alias in node.names}
-  assert {name for name in imported if name.startswith('t2t_jax')} == {'t2t_jax.errors'}
+  assert {name for name in imported if name.startswith('t2t_jax')} == {'t2t_jax.platform.errors'}
   loaded = subprocess.run(
-      [sys.executable, '-c', 'import sys, t2t_jax.config_lib; '
+      [sys.executable, '-c', 'import sys, t2t_jax.config.config_lib; '
        'print(sorted(m for m in sys.modules if m.startswith("t2t_jax")))'],
       cwd=ROOT, capture_output=True, text=True, check=True).stdout
-  assert ast.literal_eval(loaded) == ['t2t_jax', 't2t_jax.config_lib', 't2t_jax.errors']
+  assert ast.literal_eval(loaded) == ['t2t_jax', 't2t_jax.config', 't2t_jax.config.config_lib',
+                                     't2t_jax.platform', 't2t_jax.platform.errors']
 
 
 def test_check_model_wants_the_resolved_dtype():
@@ -444,7 +448,7 @@ def recorded_demo() -> dict:
 
 
 def test_a_run_recorded_before_model_kernels_existed_reads_as_auto():
-  """config.json of an older run has no model.kernels: it means 'auto', and may be set
+  """config.json of an older run has no transformer.kernels: it means 'auto', and may be set
   (hardware forms compute the same model)."""
   recorded = recorded_demo()
   del recorded['model']['kernels']
@@ -559,7 +563,7 @@ def test_colab_config_is_base_but_what_one_16gib_accelerator_needs():
 
 def test_colab_config_checkpoints_fit_a_free_drive():
   config = wmt_ende_base_colab.get_config()
-  params = model.closed_form_param_count(ModelConfig.from_config(config))
+  params = transformer.closed_form_param_count(ModelConfig.from_config(config))
   assert params == 63_045_632
   checkpoint = params * 4 * 3  # float32 params and Adam's two moments: the bound (orbax: less)
   averaged = params * 4

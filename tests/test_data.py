@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 
 from experiments import wmt_ende_base
-from t2t_jax import batching, config_lib, data, errors, files, id_cache, sources
-from t2t_jax import tokenizer as tokenizer_lib
-from t2t_jax.tokenizer import EOS_ID, PAD_ID
+from t2t_jax.config import config_lib
+from t2t_jax.data import batching, id_cache, pipeline, sources
+from t2t_jax.data import tokenizer as tokenizer_lib
+from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
+from t2t_jax.platform import errors, files
 
 MAX_LENGTH = 40
 TOKENS_PER_BATCH = 480
@@ -90,7 +92,7 @@ def expected_pairs(ds, config):
 def files_run(tmp_path_factory):
   tmp = tmp_path_factory.mktemp('files')
   config = make_config(tmp)
-  ds = data.get_datasets(config, str(tmp / 'workdir'), num_devices=1)
+  ds = pipeline.get_datasets(config, str(tmp / 'workdir'), num_devices=1)
   return config, ds, str(tmp / 'workdir')
 
 
@@ -100,7 +102,7 @@ def test_an_epoch_holds_every_kept_pair_exactly_once(tmp_path, files_run, num_de
   config, ds, workdir = files_run
   config = config.copy_and_resolve_references()
   config.bucket_band = band
-  train = data.get_datasets(config, workdir, num_devices=num_devices).train
+  train = pipeline.get_datasets(config, workdir, num_devices=num_devices).train
   expected = expected_pairs(ds, config)
   assert 450 < sum(expected.values()) < 590  # the corpus does exercise the filter
   for _ in range(2):  # and again in the second, reshuffled epoch
@@ -117,7 +119,7 @@ def test_batches_respect_the_token_budget_and_bucket_shapes(files_run, num_devic
   config, _, workdir = files_run
   config = config.copy_and_resolve_references()
   config.bucket_band = band
-  train = data.get_datasets(config, workdir, num_devices=num_devices).train
+  train = pipeline.get_datasets(config, workdir, num_devices=num_devices).train
   grid = list(batching.bucket_lengths(MAX_LENGTH, config.bucket_growth))
   shapes, real, slots = set(), 0, 0
   for _ in range(3 * train.plan(0).num_batches):
@@ -166,7 +168,7 @@ def test_filtering_is_counted_in_the_log(files_run, tmp_path, caplog):
   too_long = sum(min(p) > 1 and max(p) > MAX_LENGTH for p in lengths)
   assert empty > 0 and too_long > 0
   with caplog.at_level('INFO'):
-    data.get_datasets(config, str(tmp_path), num_devices=1)
+    pipeline.get_datasets(config, str(tmp_path), num_devices=1)
   assert (f'train: 600 pairs; dropped {empty} with an empty side and {too_long} with '
           f'a side longer than max_length={MAX_LENGTH}') in caplog.text
 
@@ -178,7 +180,7 @@ def test_a_restored_state_gives_the_next_10_batches(files_run, saved_on, resumed
   config, _, workdir = files_run
 
   def iterator(num_devices, grad_accum_steps):
-    return data.get_datasets(config, workdir, num_devices=num_devices,
+    return pipeline.get_datasets(config, workdir, num_devices=num_devices,
                              grad_accum_steps=grad_accum_steps).train
   train = iterator(*saved_on)
   for _ in range(train.plan(0).num_batches - 4):  # the next 10 cross an epoch
@@ -224,10 +226,10 @@ def test_batches_are_those_of_earlier_versions():
 
 def test_restore_into_different_settings_fails_clearly(files_run):
   config, _, workdir = files_run
-  state = data.get_datasets(config, workdir, num_devices=1).train.get_state()
+  state = pipeline.get_datasets(config, workdir, num_devices=1).train.get_state()
   other = config.copy_and_resolve_references()
   other.tokens_per_batch = 960
-  train = data.get_datasets(other, workdir, num_devices=1).train
+  train = pipeline.get_datasets(other, workdir, num_devices=1).train
   with pytest.raises(ValueError, match='different data or settings'):
     train.set_state(state)
 
@@ -236,7 +238,7 @@ def test_state_of_the_old_plan_fails_naming_the_change(files_run):
   """Checkpoints from before plan version 2 (rows rounded to the devices) cannot continue
   exactly: an error that says why, never a silently different data order."""
   config, _, workdir = files_run
-  train = data.get_datasets(config, workdir, num_devices=8).train
+  train = pipeline.get_datasets(config, workdir, num_devices=8).train
   old = {'epoch': 0, 'batch': 3, 'fingerprint': '1a2c93ac7cfaef92'}  # version 1: no 'plan'
   with pytest.raises(ValueError, match=r'older t2t_jax, whose batch plan \(version 1\) '
                      r'rounded the rows .*--config\.restart=True'):
@@ -249,7 +251,7 @@ TOPOLOGIES = [(1, 1, 1), (2, 1, 1), (4, 1, 1), (8, 1, 1), (2, 2, 1), (4, 2, 1), 
 
 
 def topology_iterators(config, workdir, num_devices, process_count, grad_accum_steps=1):
-  return [data.get_datasets(config, workdir, num_devices=num_devices, process_index=p,
+  return [pipeline.get_datasets(config, workdir, num_devices=num_devices, process_index=p,
                             process_count=process_count,
                             grad_accum_steps=grad_accum_steps).train
           for p in range(process_count)]
@@ -262,7 +264,7 @@ def test_the_same_global_batches_on_any_topology(files_run, num_devices, process
   process reads its own contiguous block; the equal blocks, disjoint, make up the batch,
   whose rows all-PAD padding rows make a multiple of devices × grad_accum_steps."""
   config, _, workdir = files_run
-  reference = data.get_datasets(config, workdir, num_devices=1).train
+  reference = pipeline.get_datasets(config, workdir, num_devices=1).train
   parts = topology_iterators(config, workdir, num_devices, process_count, grad_accum_steps)
   multiple, padded = num_devices * grad_accum_steps, 0
   for want in one_epoch(reference):
@@ -285,7 +287,7 @@ def test_shuffling_is_seeded(files_run):
   def first_epoch_inputs(seed):
     other = config.copy_and_resolve_references()
     other.seed = seed
-    train = data.get_datasets(other, workdir, num_devices=1).train
+    train = pipeline.get_datasets(other, workdir, num_devices=1).train
     return [rows_of(b['inputs']) for b in one_epoch(train)], train
 
   a, train = first_epoch_inputs(0)
@@ -300,8 +302,8 @@ def test_shuffling_is_seeded(files_run):
 
 def test_each_process_gets_its_block_of_rows(files_run):
   config, _, workdir = files_run
-  whole = data.get_datasets(config, workdir, num_devices=4).train
-  parts = [data.get_datasets(config, workdir, num_devices=4, process_index=p,
+  whole = pipeline.get_datasets(config, workdir, num_devices=4).train
+  parts = [pipeline.get_datasets(config, workdir, num_devices=4, process_index=p,
                              process_count=2).train for p in range(2)]
   for _ in range(2 * whole.plan(0).num_batches):
     batch = next(whole)
@@ -314,7 +316,7 @@ def test_each_process_gets_its_block_of_rows(files_run):
 @pytest.mark.parametrize('num_devices,process_count', [(1, 1), (4, 1), (4, 2)])
 def test_eval_sets_keep_every_pair_in_few_shapes(files_run, num_devices, process_count):
   config, ds, workdir = files_run
-  parts = [data.get_datasets(config, workdir, num_devices=num_devices, process_index=p,
+  parts = [pipeline.get_datasets(config, workdir, num_devices=num_devices, process_index=p,
                              process_count=process_count) for p in range(process_count)]
   for name, n in (('dev', 60), ('test', 50)):
     evals = [getattr(part, name) for part in parts]
@@ -352,9 +354,9 @@ def test_restart_reuses_vocabulary_and_ids(files_run, monkeypatch):
   def fail(*args, **kwargs):
     raise AssertionError('retrained or re-encoded on restart')
 
-  monkeypatch.setattr(data.tokenizer_lib, '_train', fail)
+  monkeypatch.setattr(pipeline.tokenizer_lib, '_train', fail)
   monkeypatch.setattr(id_cache, '_save_atomically', fail)
-  again = data.get_datasets(config, workdir, num_devices=1)
+  again = pipeline.get_datasets(config, workdir, num_devices=1)
   assert again.tokenizer.fingerprint == ds.tokenizer.fingerprint
   assert len(os.listdir(os.path.join(workdir, 'data_cache'))) == 1
 
@@ -366,7 +368,7 @@ def test_missing_file_is_named(tmp_path):
   config = make_config(tmp_path)
   os.remove(f'{config.dev_files}.de')
   with pytest.raises(FileNotFoundError, match=rf'{config.dev_files}\.de.*--config\.dev_files'):
-    data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
+    pipeline.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
   assert not (tmp_path / 'workdir' / 'vocab').exists()  # failed before any work
 
 
@@ -375,7 +377,7 @@ def test_different_line_counts_name_both_files(tmp_path):
   with open(f'{config.train_files}.de', 'a', encoding='utf-8') as f:
     f.write('one more line\n')
   with pytest.raises(ValueError, match=r'train\.en has 600 lines but .*train\.de has 601'):
-    data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
+    pipeline.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
   assert not (tmp_path / 'workdir' / 'vocab').exists()
 
 
@@ -387,7 +389,7 @@ def test_invalid_utf8_names_file_and_line(tmp_path, split):
   lines[17] = b'caf\xe9 latin-1'
   open(path, 'wb').write(b'\n'.join(lines))
   with pytest.raises(ValueError, match=rf'{path}, line 18: invalid UTF-8'):
-    data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
+    pipeline.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
   assert not (tmp_path / 'workdir' / 'data_cache').exists()
 
 
@@ -434,7 +436,7 @@ def test_empty_dev_file_fails_before_the_vocabulary(tmp_path):
     open(f'{config.dev_files}.{lang}', 'w').close()
   with pytest.raises(ValueError, match=rf'{config.dev_files}\.en and .*: the dev set has no '
                      'sentence pair'):
-    data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
+    pipeline.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
   assert not (tmp_path / 'workdir' / 'vocab').exists()
 
 
@@ -446,7 +448,7 @@ def test_learned_positions_leave_longer_dev_pairs_out_of_the_loss_only(files_run
   limit = int(np.median(lengths))  # about half the pairs are longer
   config = copy.deepcopy(config)
   config.model.update(positional='learned', max_len=limit)
-  dev = data.get_datasets(config, workdir, num_devices=1).dev
+  dev = pipeline.get_datasets(config, workdir, num_devices=1).dev
   assert dev.sources == ds.dev.sources and dev.references == ds.dev.references
   seen = np.concatenate([b['index'][b['index'] >= 0] for b in dev.batches()])
   assert sorted(seen) == [i for i in range(len(lengths)) if lengths[i] <= limit]
@@ -464,7 +466,7 @@ def test_eval_set_needs_only_its_own_files(files_run, tmp_path, train_files):
   config = config.copy_and_resolve_references()
   config.train_files = train_files and str(tmp_path / train_files)
   config.dev_files = str(tmp_path / 'nowhere' / 'dev')
-  evalset = data.load_eval_set(config, workdir, 'test', tokenizer=ds.tokenizer)
+  evalset = pipeline.load_eval_set(config, workdir, 'test', tokenizer=ds.tokenizer)
   assert evalset.sources == ds.test.sources and evalset.references == ds.test.references
 
 
@@ -498,7 +500,7 @@ def test_failed_cache_write_leaves_no_temporary(tmp_path, monkeypatch, failure):
   monkeypatch.setattr(sources, '_CHUNK', 100)  # 600 pairs: six chunks
   monkeypatch.setattr(module, name, fail)
   with pytest.raises(OSError if isinstance(error, OSError) else type(error)) as raised:
-    data.get_datasets(config, workdir, num_devices=1)
+    pipeline.get_datasets(config, workdir, num_devices=1)
   assert during  # it failed while writing the temporary folder
   assert not [n for n in os.listdir(cache_dir) if n.startswith('.tmp-')]
   if isinstance(error, OSError):
@@ -539,7 +541,7 @@ def test_stale_temporaries_are_swept_but_live_ones_kept(tmp_path):
     (cache_dir / name / 'source_ids.npy').write_bytes(b'half written')
   two_days_ago = time.time() - 2 * 86400
   os.utime(cache_dir / names['old'], (two_days_ago, two_days_ago))
-  data.get_datasets(config, workdir, num_devices=1)
+  pipeline.get_datasets(config, workdir, num_devices=1)
   left = {n for n in os.listdir(cache_dir) if n.startswith('.tmp-')}
   assert left == {names['live'], names['other_host']}
 
@@ -547,7 +549,7 @@ def test_stale_temporaries_are_swept_but_live_ones_kept(tmp_path):
 @pytest.mark.parametrize('damage', ['truncate', 'old_format_inconsistent'])
 def test_damaged_cache_is_named_and_rebuilt(tmp_path, caplog, damage):
   config, workdir = make_config(tmp_path), str(tmp_path / 'workdir')
-  before = data.get_datasets(config, workdir, num_devices=1).train._encoded
+  before = pipeline.get_datasets(config, workdir, num_devices=1).train._encoded
   ids = [np.array(side) for side in before.ids]
   path = train_cache(workdir)
   if damage == 'truncate':
@@ -561,7 +563,7 @@ def test_damaged_cache_is_named_and_rebuilt(tmp_path, caplog, damage):
     offsets = np.load(os.path.join(path, 'target_offsets.npy'))
     np.save(os.path.join(path, 'target_offsets.npy'), offsets[:-1])
   with caplog.at_level('WARNING'):
-    after = data.get_datasets(config, workdir, num_devices=1).train._encoded
+    after = pipeline.get_datasets(config, workdir, num_devices=1).train._encoded
   assert f'{damaged}: damaged' in caplog.text
   for want, got in zip(ids, after.ids, strict=True):
     np.testing.assert_array_equal(got, want)
@@ -570,31 +572,31 @@ def test_damaged_cache_is_named_and_rebuilt(tmp_path, caplog, damage):
 
 def test_old_format_cache_is_still_used(tmp_path, monkeypatch):
   config, workdir = make_config(tmp_path), str(tmp_path / 'workdir')
-  data.get_datasets(config, workdir, num_devices=1)
+  pipeline.get_datasets(config, workdir, num_devices=1)
   path = train_cache(workdir)
   record = json.load(open(os.path.join(path, 'key.json')))
   json.dump(record['key'], open(os.path.join(path, 'key.json'), 'w'), sort_keys=True)
   monkeypatch.setattr(id_cache, '_save_atomically', lambda *args: pytest.fail('re-encoded'))
-  data.get_datasets(config, workdir, num_devices=1)
+  pipeline.get_datasets(config, workdir, num_devices=1)
 
 
 def test_unknown_dataset_names_the_key(tmp_path):
   config = make_config(tmp_path, dataset='wmt99')
   with pytest.raises(ValueError, match=r"config\.dataset='wmt99'"):
-    data.get_datasets(config, str(tmp_path), num_devices=1)
+    pipeline.get_datasets(config, str(tmp_path), num_devices=1)
 
 
 def test_every_dataset_kind_is_dispatched_and_honours_the_protocols(tmp_path):
-  """One table: the kinds config_lib accepts are exactly the kinds data.py dispatches, and
+  """One table: the kinds config_lib accepts are exactly the kinds pipeline.py dispatches, and
   the synthetic kind gives a Datasets whose parts have the Protocols' members."""
-  assert set(data.KINDS) == set(config_lib.DATASETS)
+  assert set(pipeline.KINDS) == set(config_lib.DATASETS)
   config = wmt_ende_base.get_config()
   config.dataset, config.vocab_size, config.max_length, config.tokens_per_batch = (
       'synthetic', 20, 8, 64)
-  ds = data.get_datasets(config, str(tmp_path), num_devices=8, process_index=1,
+  ds = pipeline.get_datasets(config, str(tmp_path), num_devices=8, process_index=1,
                          process_count=2, grad_accum_steps=3)
-  for part, protocol in ((ds.tokenizer, data.Vocabulary), (ds.train, data.TrainBatches),
-                         (ds.dev, data.EvalSplit), (ds.test, data.EvalSplit)):
+  for part, protocol in ((ds.tokenizer, pipeline.Vocabulary), (ds.train, pipeline.TrainBatches),
+                         (ds.dev, pipeline.EvalSplit), (ds.test, pipeline.EvalSplit)):
     missing = [name for name in dir(protocol) if not name.startswith('_')
                and not hasattr(part, name)]
     assert not missing, (type(part).__name__, missing)
@@ -621,7 +623,7 @@ def test_tfds_wmt14_under_mock_data(tmp_path, monkeypatch):
   monkeypatch.setattr(sources, '_reachable', lambda host: True)  # mock: no download
   config = tfds_config(tmp_path)
   with tfds.testing.mock_data(num_examples=120):
-    ds = data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=2)
+    ds = pipeline.get_datasets(config, str(tmp_path / 'workdir'), num_devices=2)
     examples = list(tfds.as_numpy(tfds.builder(
         config.tfds_name, data_dir=config.tfds_data_dir).as_dataset(split='validation')))
   english = [e['en'].decode() for e in examples]
@@ -645,7 +647,7 @@ def test_tfds_offline_fails_fast_with_instructions(tmp_path, monkeypatch):
   monkeypatch.setattr(sources, '_reachable', lambda host: False)
   start = time.time()
   with pytest.raises(sources.DataUnavailableError) as error:
-    data.get_datasets(tfds_config(tmp_path), str(tmp_path / 'workdir'), num_devices=1)
+    pipeline.get_datasets(tfds_config(tmp_path), str(tmp_path / 'workdir'), num_devices=1)
   assert time.time() - start < 60  # no minutes-long retry loop
   message = str(error.value)
   for needle in ('www.statmt.org', '--config.tfds_data_dir', '--config.tfds_manual_dir',
@@ -685,7 +687,7 @@ def test_tfds_eval_reads_prepared_data_only(tmp_path, monkeypatch):
   monkeypatch.setattr(sources, '_prepare_tfds', lambda *args: pytest.fail('prepared for eval'))
   with pytest.raises(sources.DataUnavailableError, match=r'not prepared in /nowhere: evaluation '
                      r'reads prepared data only.*--config\.tfds_data_dir'):
-    data.load_eval_set(tfds_config(tmp_path), str(tmp_path), 'test', tokenizer=None)
+    pipeline.load_eval_set(tfds_config(tmp_path), str(tmp_path), 'test', tokenizer=None)
 
 
 def test_tfds_empty_dev_split_is_named(tmp_path, monkeypatch):
@@ -695,7 +697,7 @@ def test_tfds_empty_dev_split_is_named(tmp_path, monkeypatch):
                       lambda builder, split, *langs: iter([splits[split]]))
   with pytest.raises(ValueError, match=r"wmt14_translate/de-en split 'validation' "
                      r'\(config\.dev_split\): the dev set has no sentence pair'):
-    data.get_datasets(tfds_config(tmp_path), str(tmp_path / 'workdir'), num_devices=1)
+    pipeline.get_datasets(tfds_config(tmp_path), str(tmp_path / 'workdir'), num_devices=1)
   assert not (tmp_path / 'workdir' / 'vocab').exists()
 
 
@@ -710,7 +712,7 @@ def test_tfds_unknown_language_is_named(tmp_path):
   config = tfds_config(tmp_path)
   config.target_lang = 'fr'
   with pytest.raises(ValueError, match=r"config\.target_lang='fr'"):
-    data.get_datasets(config, str(tmp_path), num_devices=1)
+    pipeline.get_datasets(config, str(tmp_path), num_devices=1)
 
 
 @pytest.mark.parametrize('key,value', [('bucket_band', -1), ('bucket_growth', 0.9),
@@ -727,7 +729,7 @@ def test_budget_too_small_for_one_row(tmp_path):
   config = make_config(tmp_path, tokens_per_batch=30)
   with pytest.raises(ValueError, match=r'config\.tokens_per_batch=30 cannot hold one '
                      r'40-token row'):
-    data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=8)
+    pipeline.get_datasets(config, str(tmp_path / 'workdir'), num_devices=8)
 
 
 def test_tfds_without_the_wmt_extra_names_it(tmp_path, monkeypatch):
@@ -736,8 +738,8 @@ def test_tfds_without_the_wmt_extra_names_it(tmp_path, monkeypatch):
   for module in ('tensorflow', 'tensorflow_datasets'):  # None: `import` raises ImportError
     monkeypatch.setitem(sys.modules, module, None)
   config, workdir = tfds_config(tmp_path), str(tmp_path / 'workdir')
-  for load in (lambda: data.get_datasets(config, workdir, num_devices=1),
-               lambda: data.load_eval_set(config, workdir, 'test', tokenizer=None)):
+  for load in (lambda: pipeline.get_datasets(config, workdir, num_devices=1),
+               lambda: pipeline.load_eval_set(config, workdir, 'test', tokenizer=None)):
     with pytest.raises(errors.UserError) as raised:
       load()
     message = str(raised.value)

@@ -8,8 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import decode, kernels, synthetic, tokenizer
-from t2t_jax.model import PAD_ID, ModelConfig, Transformer
+from t2t_jax.data import synthetic, tokenizer
+from t2t_jax.decoding import decode
+from t2t_jax.model import kernels
+from t2t_jax.model.transformer import PAD_ID, ModelConfig, Transformer
 
 EOS = decode.EOS_ID
 SMALL = ModelConfig(vocab_size=13, num_layers=2, d_model=16, d_ff=32, num_heads=2,

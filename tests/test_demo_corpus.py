@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from t2t_jax import demo_corpus as dc
-from t2t_jax.demo_corpus import Clause, Sentence
-from t2t_jax.demo_corpus import NounPhrase as NP
-from t2t_jax.demo_corpus import PrepPhrase as PP
+from t2t_jax.data import demo_corpus as dc
+from t2t_jax.data.demo_corpus import Clause, Sentence
+from t2t_jax.data.demo_corpus import NounPhrase as NP
+from t2t_jax.data.demo_corpus import PrepPhrase as PP
 
 # ---------------------------------------------------------------------------------------
 # Hand-translated sentences.
@@ -430,7 +430,7 @@ def test_cli_writes_corpus_and_prints_summary(tmp_path, capsys):
 
 def test_python_dash_m_runs_the_cli(tmp_path):
   result = subprocess.run(
-      [sys.executable, '-m', 't2t_jax.demo_corpus', '--out', str(tmp_path),
+      [sys.executable, '-m', 't2t_jax.data.demo_corpus', '--out', str(tmp_path),
        '--num_train', '50', '--num_dev', '5', '--num_test', '5', '--samples', '1'],
       capture_output=True, text=True, check=True)
   assert 'word types en' in result.stdout and 'EN: ' in result.stdout

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from t2t_jax import checkpoints
+from t2t_jax.training import checkpoints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8

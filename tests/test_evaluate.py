@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from experiments import demo
-from t2t_jax import bleu, evaluate, train
-from t2t_jax.translator import Translator, decoding_batches
+from t2t_jax import trainer
+from t2t_jax.decoding import bleu, evaluate
+from t2t_jax.decoding.translator import Translator, decoding_batches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -80,7 +81,7 @@ def test_translate_splits_a_cpu_into_a_device_per_core(workdir):
   """Without a device count of the user's, --mode=translate decodes on xla.decoding_devices()
   CPU devices (one per core, at most MAX_DECODING_DEVICES), each its own rows, and writes
   what one device writes."""
-  from t2t_jax import xla
+  from t2t_jax.platform import xla
   lines = '5 6 7\n8 9 10 11 12\n13\n6 6 6 6\n7 8\n'
   split = run_main(f'--workdir={workdir}', '--mode=translate', '--input=-', stdin=lines,
                    xla_flags='')
@@ -118,7 +119,7 @@ def test_translate_and_eval_modes(workdir, tmp_path):
 
 
 def test_translate_prefers_the_averaged_checkpoint(workdir):
-  from t2t_jax import checkpoints
+  from t2t_jax.training import checkpoints
   checkpoints.average_checkpoints(workdir, 2)
   assert Translator(tiny_config(), workdir).source == 'averaged/6'
 
@@ -135,7 +136,7 @@ def test_attention_mode_writes_one_png_per_layer_and_kind(workdir, tmp_path):
 
 
 def test_attention_weights_are_distributions(workdir):
-  from t2t_jax import attention_maps
+  from t2t_jax.decoding import attention_maps
   translator = Translator(tiny_config(), workdir)
   weights = attention_maps.attention_weights(translator.params, translator.model_config,
                                              [5, 6, 7, 1], [8, 9, 1])
@@ -152,7 +153,7 @@ def test_attention_weights_are_distributions(workdir):
 def test_dev_bleu_during_training_matches_eval_mode(tmp_path):
   config = tiny_config()
   config.eval_bleu_every_steps = 3
-  train.train_and_evaluate(config, str(tmp_path))
+  trainer.train_and_evaluate(config, str(tmp_path))
   records = [json.loads(line) for line in open(tmp_path / 'metrics.jsonl')]
   bleu_steps = [r['step'] for r in records if 'dev_bleu' in r]
   assert bleu_steps == [3, 6]
@@ -194,7 +195,7 @@ def test_a_hypothesis_never_holds_a_line_break(workdir, monkeypatch):
 
 
 def test_evaluations_of_other_splits_params_or_settings_do_not_overwrite(workdir):
-  from t2t_jax import checkpoints
+  from t2t_jax.training import checkpoints
   checkpoints.average_checkpoints(workdir, 2)
   runs = [('dev', 'averaged', 0, 4), ('test', 'averaged', 0, 4), ('test', 'checkpoint', 0, 4),
           ('test', 'checkpoint', 3, 4), ('test', 'checkpoint', 0, 1)]

@@ -18,10 +18,12 @@ import torch
 import transformers
 
 from experiments import demo
-from t2t_jax import checkpoints, decode, errors, export, files
-from t2t_jax import tokenizer as tokenizer_lib
-from t2t_jax.model import ModelConfig, Transformer, shift_right, sinusoidal_positions
-from t2t_jax.tokenizer import EOS_ID, PAD_ID
+from t2t_jax.data import tokenizer as tokenizer_lib
+from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
+from t2t_jax.decoding import decode, export
+from t2t_jax.model.transformer import ModelConfig, Transformer, shift_right, sinusoidal_positions
+from t2t_jax.platform import errors, files
+from t2t_jax.training import checkpoints
 
 VOCAB_SIZE = 320  # 256 byte pieces + 3 specials + characters + a few merges
 EXTRA_LENGTH = 6  # config.decode_extra_length

@@ -23,19 +23,12 @@ import pytest
 
 import test_data  # pytest puts tests/ (no __init__.py) on sys.path
 import test_evaluate
-from t2t_jax import (
-  checkpoints,
-  distributed,
-  errors,
-  evaluate,
-  export,
-  files,
-  quiet,
-  train,
-  translator,
-)
-from t2t_jax import workdir as workdir_lib
-from t2t_jax.metrics import MetricWriter
+from t2t_jax import trainer
+from t2t_jax.decoding import evaluate, export, translator
+from t2t_jax.platform import distributed, errors, files, quiet
+from t2t_jax.platform import workdir as workdir_lib
+from t2t_jax.platform.metrics import MetricWriter
+from t2t_jax.training import checkpoints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -207,18 +200,18 @@ def test_a_missing_vocabulary_under_checkpoints_is_an_error(tmp_path):
   workdir = tmp_path / 'work'
   (workdir / 'checkpoints' / '2').mkdir(parents=True)
   with pytest.raises(errors.UserError, match=r'vocab/spm.model: missing, but .* checkpoints'):
-    train.train_and_evaluate(config, str(workdir))
+    trainer.train_and_evaluate(config, str(workdir))
   assert not (workdir / 'vocab').exists()
 
 
 def test_resuming_with_a_vocabulary_other_than_the_recorded_one_is_an_error(run, monkeypatch):
   config = test_evaluate.tiny_config()
   config.num_train_steps = 9
-  monkeypatch.setattr(train, '_vocabulary_fingerprint', lambda datasets: 'another')
+  monkeypatch.setattr(trainer, '_vocabulary_fingerprint', lambda datasets: 'another')
   data_state = checkpoints.read_data_state(run, 6)
-  assert data_state.get(train.VOCABULARY) is not None  # recorded with each checkpoint
+  assert data_state.get(trainer.VOCABULARY) is not None  # recorded with each checkpoint
   with pytest.raises(errors.UserError, match='not the vocabulary the checkpoints were trained'):
-    train.train_and_evaluate(config, run)
+    trainer.train_and_evaluate(config, run)
 
 
 def test_resuming_another_model_shape_is_a_user_error(run):
@@ -226,7 +219,7 @@ def test_resuming_another_model_shape_is_a_user_error(run):
   config = test_evaluate.tiny_config()
   config.model.d_ff = 128
   with pytest.raises(errors.UserError, match='config.model.d_ff'):
-    train.train_and_evaluate(config, run)
+    trainer.train_and_evaluate(config, run)
 
 
 # ------------------------------------------- one line for every mistake, on the CLI
@@ -446,7 +439,7 @@ def test_orbax_tracebacks_of_a_full_disk_are_not_logged_again():
   assert not quiet_filter.filter(record(TENSORSTORE_FULL_DISK))
   assert not quiet_filter.filter(record(OSError(28, 'No space left on device')))
   assert quiet_filter.filter(record(RuntimeError('a bug in orbax')))
-  assert quiet_filter.filter(record(TENSORSTORE_FULL_DISK, path='/work/t2t_jax/train.py'))
+  assert quiet_filter.filter(record(TENSORSTORE_FULL_DISK, path='/work/t2t_jax/trainer.py'))
 
 
 def raised_in(filename: str, error: Exception) -> Exception:
@@ -467,7 +460,7 @@ def test_asyncios_reports_of_orbax_tasks_are_not_logged_again():
   quiet_filter = quiet.QuietLibraries()
   orbax_file = '/site-packages/orbax/checkpoint/_src/serialization/serialization.py'
   assert not quiet_filter.filter(record(raised_in(orbax_file, ValueError('OUT_OF_RANGE'))))
-  assert quiet_filter.filter(record(raised_in('/work/t2t_jax/decode.py', ValueError('a bug'))))
+  assert quiet_filter.filter(record(raised_in('/t2t_jax/decoding/decode.py', ValueError('a bug'))))
 
 
 def test_native_calls_to_a_closed_event_loop_print_nothing(monkeypatch):

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from t2t_jax import hugepages
+from t2t_jax.platform import hugepages
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOST_WANTS_IT = (sys.platform == 'linux' and hugepages.wanted(
@@ -41,7 +41,7 @@ SCRIPT = textwrap.dedent('''
   import ctypes, os, sys
   sys.path.insert(0, {repo!r})
   print('started', flush=True)
-  from t2t_jax import hugepages
+  from t2t_jax.platform import hugepages
   hugepages.reexec()
   libc = ctypes.CDLL(None)  # glibc's malloc itself (NumPy asks for huge pages on its own)
   libc.malloc.restype = ctypes.c_void_p
@@ -91,5 +91,6 @@ def test_main_reexecs_before_importing_jax():
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
   imports = [line.split('|')[-1].strip() for line in done.stderr.split('\n') if '|' in line]
   first_jax = imports.index('jax')
-  assert imports.count('t2t_jax.hugepages') == 2  # once in each process
-  assert imports.index('t2t_jax.hugepages', imports.index('t2t_jax.hugepages') + 1) < first_jax
+  assert imports.count('t2t_jax.platform.hugepages') == 2  # once in each process
+  hugepages = 't2t_jax.platform.hugepages'
+  assert imports.index(hugepages, imports.index(hugepages) + 1) < first_jax

@@ -1,4 +1,4 @@
-"""The hardware forms (t2t_jax/kernels.py): each the same computation as its plain form
+"""The hardware forms (t2t_jax/model/kernels.py): each the same computation as its plain form
 (NumPy references, float64), and on a CPU without the copies it exists to avoid."""
 import re
 
@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import kernels
-from t2t_jax import model as model_lib
+from t2t_jax.model import kernels
+from t2t_jax.model import transformer as model_lib
 
 
 def test_hash_bits_are_uniform_and_independent():

@@ -3,7 +3,7 @@ import jax
 import numpy as np
 import pytest
 
-from t2t_jax import losses
+from t2t_jax.training import losses
 
 
 def test_label_smoothing_matches_hand_computation():

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from experiments import table3
-from t2t_jax import errors, main
+from t2t_jax import main
+from t2t_jax.platform import errors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

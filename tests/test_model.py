@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import errors
-from t2t_jax import model as model_lib
-from t2t_jax.model import ModelConfig, Transformer
+from t2t_jax.model import transformer as model_lib
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import errors
 
 TINY = ModelConfig(vocab_size=23, num_layers=2, d_model=16, d_ff=24, num_heads=2, d_k=5, d_v=7,
                    dropout_rate=0.0, deterministic=True)

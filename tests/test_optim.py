@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from experiments import wmt_ende_base
-from t2t_jax import optim
+from t2t_jax.training import optim
 
 
 def paper_lrate(step_num, d_model=512, warmup_steps=4000):

@@ -9,9 +9,11 @@ import pytest
 
 import test_data  # pytest puts tests/ (no __init__.py) on sys.path
 import test_evaluate
-from t2t_jax import data, progress, sources, synthetic, translator
-from t2t_jax.mesh import make_mesh, replicated
-from t2t_jax.model import ModelConfig, Transformer
+from t2t_jax.data import pipeline, sources, synthetic
+from t2t_jax.decoding import translator
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import progress
+from t2t_jax.platform.mesh import make_mesh, replicated
 
 
 class Clock:
@@ -164,7 +166,7 @@ def test_reading_and_encoding_a_files_corpus_log_progress(log, every_update, tmp
                                                           monkeypatch):
   monkeypatch.setattr(sources, '_CHUNK', 100)  # 600 pairs in 6 chunks
   config = test_data.make_config(tmp_path, n_train=600)
-  data.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
+  pipeline.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
   reading = [m for m in log() if m.startswith('Reading the training text for the vocabulary: ')]
   assert len(reading) == 3  # blocks of 1024 sentences of both sides, then the final line
   assert re.fullmatch(r'.*: 1,024/1,200 sentences \(85%\), [\d.,]+ sentences/s, ETA \d+:\d\d',

@@ -8,9 +8,12 @@ import sys
 
 import pytest
 
-from t2t_jax import errors, evaluate, model, study, train
-from t2t_jax import workdir as workdir_lib
-from t2t_jax.model import ModelConfig
+from t2t_jax import study, trainer
+from t2t_jax.decoding import evaluate
+from t2t_jax.model import transformer
+from t2t_jax.model.transformer import ModelConfig
+from t2t_jax.platform import errors
+from t2t_jax.platform import workdir as workdir_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE3_FILE = os.path.join(ROOT, 'experiments', 'table3.py')
@@ -56,7 +59,7 @@ def test_both_rows_tabulated_beside_the_paper(studied):
   for r in table:
     m = r['measured']
     assert m['train_steps'] == 4 and (m['P_drop'], m['eps_ls']) == (0.1, 0.1)
-    assert m['params'] == model.closed_form_param_count(ModelConfig.from_config(
+    assert m['params'] == transformer.closed_form_param_count(ModelConfig.from_config(
         configs[r['row']]))
     assert m['train_minutes'] > 0
   with open(os.path.join(workdir, 'table3.md'), encoding='utf-8') as f:
@@ -72,7 +75,7 @@ def test_both_rows_tabulated_beside_the_paper(studied):
 def test_rows_are_evaluated_as_section_6_2(studied):
   """Dev set, the last checkpoint (not averaged), beam search: the eval folder says so. The
   perplexity is the training loop's dev perplexity at that step, computed by another path
-  (train.py's dev set), and exp of the eval's per-piece nll."""
+  (trainer.py's dev set), and exp of the eval's per-piece nll."""
   workdir, results = studied
   for r in results:
     row_dir = os.path.join(workdir, r['row'])
@@ -96,7 +99,7 @@ def test_a_second_run_resumes_finished_and_unfinished_rows(studied, monkeypatch)
     raise AssertionError('a finished row was trained or evaluated again')
 
   with monkeypatch.context() as patch:
-    patch.setattr(train, 'train_and_evaluate', refuse)
+    patch.setattr(trainer, 'train_and_evaluate', refuse)
     patch.setattr(evaluate, 'run_eval', refuse)
     # A smaller decoding batch changes how a row is evaluated, not its numbers.
     again = {**TINY, 'decode_tokens_per_batch': 128}

@@ -10,9 +10,9 @@ import ml_collections
 import numpy as np
 import pytest
 
-from t2t_jax import files
-from t2t_jax import tokenizer as tokenizer_lib
-from t2t_jax.tokenizer import EOS_ID, PAD_ID, UNK_ID
+from t2t_jax.data import tokenizer as tokenizer_lib
+from t2t_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID
+from t2t_jax.platform import files
 
 VOCAB_SIZE = 320  # 256 byte pieces + 3 specials + characters + a few merges
 

@@ -12,9 +12,11 @@ import pytest
 
 import test_data  # pytest puts tests/ (no __init__.py) on sys.path
 from experiments import demo, wmt_ende_base
-from t2t_jax import config_lib, data, losses, optim, synthetic, train_step
-from t2t_jax import mesh as mesh_lib
-from t2t_jax.model import ModelConfig, Transformer
+from t2t_jax.config import config_lib
+from t2t_jax.data import pipeline, synthetic
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import mesh as mesh_lib
+from t2t_jax.training import losses, optim, train_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -216,7 +218,7 @@ def test_one_device_eight_devices_and_accumulation_train_alike(tmp_path):
                       devices=devices)
     assert result.returncode == 0, result.stderr[-3000:]
     records[name] = [json.loads(line) for line in open(workdir / 'metrics.jsonl')]
-  plan = data.get_datasets(config, str(tmp_path / '1'), num_devices=1).train.plan(0)
+  plan = pipeline.get_datasets(config, str(tmp_path / '1'), num_devices=1).train.plan(0)
   assert all(plan.shapes[:4, 0] % 8)  # rows that need padding rows on 8 devices
   for key in ('loss', 'dev_loss'):
     want = [(r['step'], r[key]) for r in records['1'] if key in r]
@@ -283,31 +285,32 @@ def test_time_budget_ends_the_run_like_its_last_step(tmp_path):
   records = [json.loads(line) for line in open(tmp_path / 'metrics.jsonl')]
   assert [r['step'] for r in records if 'loss' in r] == [1]
   assert [r['step'] for r in records if 'dev_loss' in r] == [1]
-  from t2t_jax import checkpoints
+  from t2t_jax.training import checkpoints
   assert checkpoints.Checkpointer(str(tmp_path), keep=5).latest_step() == 1
 
 
 def test_time_budget_counts_over_resumes(tmp_path):
   """config.train_minutes is the run's, as num_train_steps is, not each invocation's: every
   checkpoint records the seconds trained, and a resumed run trains for what is left."""
-  from t2t_jax import checkpoints, train
+  from t2t_jax import trainer
+  from t2t_jax.training import checkpoints
   config = tiny_config()
   config.update(num_train_steps=3, checkpoint_every_steps=1, checkpoint_every_minutes=0.0,
                 log_every_steps=1, eval_every_steps=100, compilation_cache_dir='')
   workdir = str(tmp_path)
-  train.train_and_evaluate(config, workdir)
-  seconds = [checkpoints.read_data_state(workdir, step)[train.TRAIN_SECONDS]
+  trainer.train_and_evaluate(config, workdir)
+  seconds = [checkpoints.read_data_state(workdir, step)[trainer.TRAIN_SECONDS]
              for step in (1, 2, 3)]
   assert 0 < seconds[0] < seconds[1] < seconds[2]
   # A budget those 3 steps already spent: the resumed run trains no further step.
   config.update(num_train_steps=10, train_minutes=seconds[2] / 60 / 2)
-  train.train_and_evaluate(config, workdir)
+  trainer.train_and_evaluate(config, workdir)
   assert checkpoints.checkpoint_steps(workdir)[-1] == 3
   # Time left: it trains on, and the seconds keep adding up from where they were.
   config.update(num_train_steps=5, train_minutes=100.0)
-  train.train_and_evaluate(config, workdir)
+  trainer.train_and_evaluate(config, workdir)
   assert checkpoints.checkpoint_steps(workdir)[-1] == 5
-  assert checkpoints.read_data_state(workdir, 5)[train.TRAIN_SECONDS] > seconds[2]
+  assert checkpoints.read_data_state(workdir, 5)[trainer.TRAIN_SECONDS] > seconds[2]
 
 
 def test_auto_dtype_and_bfloat16_keeps_float32_state():
@@ -363,7 +366,7 @@ def test_compilation_cache_serves_a_second_run(tmp_path):
 
 
 def test_cpu_flags_are_added_and_an_explicit_setting_wins(monkeypatch):
-  from t2t_jax import xla
+  from t2t_jax.platform import xla
   monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8 '
                      '--xla_cpu_enable_concurrency_optimized_scheduler=true')
   xla.configure_cpu()
@@ -381,7 +384,7 @@ def test_cpu_flags_are_added_and_an_explicit_setting_wins(monkeypatch):
 def test_decoding_processes_get_a_cpu_device_per_core(monkeypatch):
   """configure_cpu(decoding=True), for --mode=translate and eval: one CPU device per core this
   process may use, at most MAX_DECODING_DEVICES; training processes get no device count."""
-  from t2t_jax import xla
+  from t2t_jax.platform import xla
   cores = len(os.sched_getaffinity(0))
   assert xla.decoding_devices() == max(1, min(cores, xla.MAX_DECODING_DEVICES))
   monkeypatch.setenv('XLA_FLAGS', '')
@@ -398,7 +401,7 @@ def test_train_step_compiles_with_ynnpack_reductions_unless_the_user_chose(monke
   """xla.step_compiler_options: YNNPACK's reductions for the train step on a CPU, which
   compile_steps passes to its jit; none where XLA_FLAGS names the fusion types itself. The
   options change what XLA emits: fewer of its own reduce-windows."""
-  from t2t_jax import xla
+  from t2t_jax.platform import xla
   monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_experimental_ynn_fusion_type=-reduce')
   options = xla.step_compiler_options()
   assert 'LIBRARY_FUSION_TYPE_REDUCE' in options['xla_cpu_experimental_ynn_fusion_type']

@@ -14,9 +14,11 @@ import time
 import numpy as np
 import pytest
 
-from t2t_jax import Hypothesis, Translator, errors, translator
-from t2t_jax.decode import length_penalty
-from t2t_jax.model import ModelConfig, Transformer
+from t2t_jax import Hypothesis, Translator
+from t2t_jax.decoding import translator
+from t2t_jax.decoding.decode import length_penalty
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import errors
 from test_evaluate import COMMON, ROOT, tiny_config
 
 SENTENCES = ['5 6 7', '', '9 9 9 9 9 9 9 9', '3', '11 12']

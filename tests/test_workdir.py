@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from experiments import demo
-from t2t_jax import files, workdir
+from t2t_jax.platform import files, workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ['--config=experiments/demo.py', '--config.dataset=synthetic',
@@ -19,7 +19,7 @@ TINY = ['--config=experiments/demo.py', '--config.dataset=synthetic',
 
 HOLD_LOCK = '''
 import sys, time
-from t2t_jax import files, workdir
+from t2t_jax.platform import files, workdir
 with workdir.training_lock(sys.argv[1]):
   print('locked', flush=True)
   time.sleep(600)

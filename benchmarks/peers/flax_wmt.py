@@ -4,7 +4,7 @@
 
 What it reproduces. google/flax `examples/wmt` (Apache License 2.0, Copyright The Flax
 Authors): the model of `models.py` (read at commit 047b288cfc04) and the training step,
-loss, optimizer and learning-rate schedule of `train.py` (commit f2281cc742ae; the
+loss, optimizer and learning-rate schedule of `trainer.py` (commit f2281cc742ae; the
 defaults of `configs/default.py`, commit 4efd541ded8e). This file re-implements them
 standalone, with the same flax.linen building blocks and the same computation, as a peer
 to time benchmarks/train_step.py against on the same shapes, under the same XLA flags
@@ -39,7 +39,7 @@ Left out, as no part of a float32 training step on unpacked data: packed example
 loss scale (their TrainState carries `dynamic_scale=None` in float32), unshared embeddings,
 learned positions.
 
-How it differs from t2t_jax's model (t2t_jax/model.py), which follows the paper:
+How it differs from t2t_jax's model (t2t_jax/model/transformer.py), which follows the paper:
   * pre-LN blocks plus two final LayerNorms, where t2t_jax is post-LN (LayerNorm(x +
     Dropout(Sublayer(x))), §3.1) without final norms;
   * attention dropout (0.1, a mask per head and query: broadcast_dropout=False) on the
@@ -83,7 +83,7 @@ import train_step as ours  # noqa: E402  (benchmarks/train_step.py)
 from flax import struct  # noqa: E402
 from flax.training import common_utils, train_state  # noqa: E402
 
-from t2t_jax import xla  # noqa: E402
+from t2t_jax.platform import xla  # noqa: E402
 
 xla.configure_cpu()
 

@@ -246,7 +246,7 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 4, extra_length: in
   k, steps = beam, s + extra_length
   n = b * k
   # |Y| ≤ limit, EOS included: the non-padding input tokens + extra; 1 (only EOS) for a row
-  # without words (all padding, or only EOS), as t2t_jax.decode.output_limits.
+  # without words (all padding, or only EOS), as t2t_jax.decoding.decode.output_limits.
   words = ((src != PAD_ID) & (src != EOS_ID)).sum(1)
   limits = torch.where(words == 0, 1, (src != PAD_ID).sum(1) + extra_length)  # [b]
   min_limit = int(limits.min())

@@ -12,8 +12,8 @@ that starts `config.<key>: `.
 into one line naming the nearest valid names, instead of a traceback from ml_collections.
 `load_sibling` lets a config build on another by path: experiments/ is no installed package.
 
-Of the project this imports only t2t_jax.errors: the config is checked before the data and
-the model are built from it (config → data → model), so model.py imports this module, never
+Of the project this imports only t2t_jax.platform.errors: the config is checked before the data and
+the model are built from it (config → data → model), so transformer.py imports this module, never
 the reverse.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from t2t_jax import errors
+from t2t_jax.platform import errors
 
 # main.py's --mode choices; only 'train' and 'eval' read config.dataset's text ('study' does
 # both, for each Table 3 row).
@@ -45,8 +45,8 @@ POSITIONAL = ('sinusoidal', 'learned')  # §3.5; 'learned' is Table 3 row (E)
 COMPUTE_DTYPES = ('float32', 'bfloat16', 'float16')
 # kernels.py's choices of hardware forms; 'auto' is kernel_forms() of the platform.
 KERNEL_FORMS = ('xla', 'cpu')
-EXPERIMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           'experiments')
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXPERIMENTS = os.path.join(ROOT, 'experiments')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +212,7 @@ def compute_dtype(backend: str | None = None) -> str:
   it at 2× (or more) the float32 rate; float32 on CPU, where bfloat16 matmuls are slower.
 
   Only the compute dtype: parameters, Adam moments, softmax, layer-norm statistics and the
-  loss stay float32 (model.py). A deviation from the paper, which trained in float32 on
+  loss stay float32 (transformer.py). A deviation from the paper, which trained in float32 on
   P100s, in exchange for ~2× speed; --config.model.dtype=float32 restores it.
   """
   # Only here does validating a config start a JAX backend: --distributed initialises first.

@@ -50,9 +50,10 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from t2t_jax import errors, id_cache
-from t2t_jax.id_cache import Encoded, Pairs
-from t2t_jax.tokenizer import PAD_ID
+from t2t_jax.data import id_cache
+from t2t_jax.data.id_cache import Encoded, Pairs
+from t2t_jax.data.tokenizer import PAD_ID
+from t2t_jax.platform import errors
 
 Batch = dict[str, np.ndarray]
 

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from t2t_jax import errors, files, progress
-from t2t_jax.tokenizer import Tokenizer
+from t2t_jax.data.tokenizer import Tokenizer
+from t2t_jax.platform import errors, files, progress
 
 Pairs = tuple[list[str], list[str]]  # a chunk of text: (sources, targets)
 

@@ -22,8 +22,9 @@ from typing import Any, Protocol
 import ml_collections
 import numpy as np
 
-from t2t_jax import batching, demo_corpus, errors, id_cache, sources, synthetic
-from t2t_jax import tokenizer as tokenizer_lib
+from t2t_jax.data import batching, demo_corpus, id_cache, sources, synthetic
+from t2t_jax.data import tokenizer as tokenizer_lib
+from t2t_jax.platform import errors
 
 Batch = dict[str, np.ndarray]
 # once(name, make): make() the thing `name` goes to disk as, once for all processes.

@@ -22,8 +22,8 @@ from typing import Any
 
 from absl import logging
 
-from t2t_jax import errors
-from t2t_jax.id_cache import Pairs
+from t2t_jax.data.id_cache import Pairs
+from t2t_jax.platform import errors
 
 _CHUNK = 50_000  # sentence pairs read and encoded at a time: bounds memory on WMT
 _PROBE_TIMEOUT_S = 3.0

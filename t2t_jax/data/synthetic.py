@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import ml_collections
 import numpy as np
 
-from t2t_jax import errors
-from t2t_jax.tokenizer import EOS_ID, PAD_ID, UNK_ID
+from t2t_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID
+from t2t_jax.platform import errors
 
 FIRST_WORD_ID = UNK_ID + 1  # the ids below are reserved, as in the SentencePiece vocabulary
 HELD_OUT_BATCH = 2**40  # the dev set's batch number: far beyond any training run

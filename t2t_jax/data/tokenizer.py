@@ -29,7 +29,7 @@ import numpy as np
 import sentencepiece as spm
 from absl import logging
 
-from t2t_jax import errors, files, progress
+from t2t_jax.platform import errors, files, progress
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 
@@ -55,7 +55,7 @@ class Tokenizer:
     if ids != (PAD_ID, EOS_ID, UNK_ID):
       raise errors.UserError(
           f'{model_path}: (pad, eos, unk) ids are {ids}, expected '
-          f'{(PAD_ID, EOS_ID, UNK_ID)}; it was not trained by t2t_jax.tokenizer. '
+          f'{(PAD_ID, EOS_ID, UNK_ID)}; it was not trained by t2t_jax.data.tokenizer. '
           'Delete it or use a fresh --workdir.')
     self.vocab_size: int = self._sp.get_piece_size()
     # Of the pieces, not the file: the file also records the temporary path it

@@ -14,9 +14,9 @@ import jax
 import ml_collections
 import numpy as np
 
-from t2t_jax import errors
-from t2t_jax.model import ModelConfig, Transformer
-from t2t_jax.translator import Translator
+from t2t_jax.decoding.translator import Translator
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import errors
 
 KINDS = {  # sown name -> (title, query side, key side)
     'encoder_self_attention': ('encoder self-attention', 'source', 'source'),

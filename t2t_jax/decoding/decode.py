@@ -6,7 +6,7 @@ when possible." (§6.1). Hypotheses Y are ranked by log P(Y|X) / lp(Y) with the 
 lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting the final EOS (as tensor2tensor and flax do).
 
 The whole search is one `jax.jit`. Each step runs the decoder on the newest position of
-the k beams of each sentence (the cache of model.py), takes the top 2·beam of the
+the k beams of each sentence (the cache of transformer.py), takes the top 2·beam of the
 [batch, beam·vocab] extensions, keeps the best `beam` that do not end in EOS as live, and
 merges those that do into the n best finished hypotheses of each sentence (n_best, 1 unless
 asked). The beams of a sentence share one cache, and the encoder output is not copied per
@@ -51,9 +51,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from t2t_jax import kernels
-from t2t_jax.model import ModelConfig, Transformer
-from t2t_jax.tokenizer import EOS_ID, PAD_ID
+from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
+from t2t_jax.model import kernels
+from t2t_jax.model.transformer import ModelConfig, Transformer
 
 Array = jax.Array
 Cache = Any  # the model's 'cache' collection, a nested dict of arrays

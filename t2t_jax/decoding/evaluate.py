@@ -13,10 +13,12 @@ import jax
 import ml_collections
 from absl import logging
 
-from t2t_jax import bleu, data, files
-from t2t_jax import workdir as workdir_lib
-from t2t_jax.train_step import compile_eval_step, eval_metrics
-from t2t_jax.translator import Translator, one_line
+from t2t_jax.data import pipeline
+from t2t_jax.decoding import bleu
+from t2t_jax.decoding.translator import Translator, one_line
+from t2t_jax.platform import files
+from t2t_jax.platform import workdir as workdir_lib
+from t2t_jax.training.train_step import compile_eval_step, eval_metrics
 
 EVAL = 'eval'
 
@@ -50,7 +52,7 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   per word-piece) and accuracy, teacher-forced with the same parameters.
   """
   translator = Translator(config, workdir, mode='eval')
-  evalset = data.load_eval_set(config, workdir, config.eval_split,
+  evalset = pipeline.load_eval_set(config, workdir, config.eval_split,
                                tokenizer=translator.tokenizer, num_devices=translator.mesh.size,
                                process_index=jax.process_index(),
                                process_count=jax.process_count())

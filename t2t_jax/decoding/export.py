@@ -121,9 +121,13 @@ import safetensors.numpy
 import sentencepiece as spm
 from absl import logging
 
-from t2t_jax import checkpoints, config_lib, data, errors, files, translator
-from t2t_jax.model import ModelConfig, sinusoidal_positions
-from t2t_jax.tokenizer import EOS_ID, PAD_ID, UNK_ID
+from t2t_jax.config import config_lib
+from t2t_jax.data import pipeline
+from t2t_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID
+from t2t_jax.decoding import translator
+from t2t_jax.model.transformer import ModelConfig, sinusoidal_positions
+from t2t_jax.platform import errors, files
+from t2t_jax.training import checkpoints
 
 Params = dict[str, Any]
 StateDict = dict[str, np.ndarray]
@@ -337,7 +341,7 @@ def run_export(config: ml_collections.ConfigDict, workdir: str, output_dir: str)
   if config.dataset == 'synthetic':
     raise errors.UserError("config.dataset='synthetic': its ids have no SentencePiece model, "
                            'which MarianTokenizer needs; only runs trained on text export')
-  tokenizer = data.load_tokenizer(config, workdir)
+  tokenizer = pipeline.load_tokenizer(config, workdir)
   loaded = checkpoints.load_params(workdir, which=config.decode_params, step=config.restore_step)
   translator.check_params_match(loaded.params, config, model_config, loaded.source, workdir)
   if jax.process_index() != 0:  # one writer, however many processes loaded the parameters

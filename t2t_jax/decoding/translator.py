@@ -36,12 +36,16 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from t2t_jax import batching, checkpoints, config_lib, data, decode, errors, files, sources
-from t2t_jax import workdir as workdir_lib
-from t2t_jax.mesh import AXIS, make_mesh, replicated, shard_batch
-from t2t_jax.model import ModelConfig, Transformer
-from t2t_jax.progress import Progress
-from t2t_jax.tokenizer import PAD_ID
+from t2t_jax.config import config_lib
+from t2t_jax.data import batching, pipeline, sources
+from t2t_jax.data.tokenizer import PAD_ID
+from t2t_jax.decoding import decode
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import errors, files
+from t2t_jax.platform import workdir as workdir_lib
+from t2t_jax.platform.mesh import AXIS, make_mesh, replicated, shard_batch
+from t2t_jax.platform.progress import Progress
+from t2t_jax.training import checkpoints
 
 Decoder = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
 
@@ -228,7 +232,7 @@ class Translator:
     config_lib.validate(config, mode)
     self.model_config = ModelConfig.from_config(config)
     self.mesh = make_mesh()
-    self.tokenizer = data.load_tokenizer(config, workdir)
+    self.tokenizer = pipeline.load_tokenizer(config, workdir)
     loaded = checkpoints.load_params(workdir, which=config.decode_params,
                                      step=config.restore_step)
     self.source, self.kind, self.step = loaded.source, loaded.kind, loaded.step

@@ -1,6 +1,6 @@
 """Hardware forms: the computations written differently for one backend's speed, in one place.
 
-The model (model.py) and the beam search (decode.py) take each such form from the `Kernels`
+The model (transformer.py) and the beam search (decode.py) take each such form from the `Kernels`
 that config.model.kernels names, resolved once for the platform
 (config_lib.kernel_forms: 'auto' is 'cpu' on a CPU, 'xla' elsewhere):
 

@@ -33,11 +33,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from t2t_jax import config_lib, kernels
+from t2t_jax.config import config_lib
 
 # Padding (0), defined once, with the vocabulary; it doubles as the decoder's start-of-
-# sequence input (§3.1, shift_right). `from t2t_jax.model import PAD_ID` keeps working.
-from t2t_jax.tokenizer import PAD_ID
+# sequence input (§3.1, shift_right). `from t2t_jax.model.transformer import PAD_ID` keeps working.
+from t2t_jax.data.tokenizer import PAD_ID
+from t2t_jax.model import kernels
 
 POSITIONAL = config_lib.POSITIONAL  # the one list is the validator's (MODEL_RULES)
 

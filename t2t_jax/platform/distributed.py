@@ -23,7 +23,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from t2t_jax import errors
+from t2t_jax.platform import errors
 
 T = TypeVar('T')
 

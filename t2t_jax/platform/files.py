@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from absl import logging
 
-from t2t_jax import errors
+from t2t_jax.platform import errors
 
 # A temporary folder older than this is abandoned even if its pid looks alive (pids are
 # reused); writing the vocabulary or the id cache takes minutes to an hour.

@@ -14,7 +14,7 @@ from typing import Any
 
 import jax
 
-from t2t_jax import files
+from t2t_jax.platform import files
 
 
 class MetricWriter:

@@ -17,7 +17,7 @@ import types
 
 from absl import logging as absl_logging
 
-from t2t_jax import errors
+from t2t_jax.platform import errors
 
 
 def install() -> None:

@@ -27,7 +27,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from t2t_jax import distributed, errors, files
+from t2t_jax.platform import distributed, errors, files
 
 LOCK = 'train.lock'
 CONFIG = 'config.json'
@@ -207,7 +207,7 @@ def _versions() -> dict[str, str | None]:
 
 def code_revision() -> dict[str, Any]:
   """{'revision': git commit of this code, 'dirty': uncommitted changes} ({} outside git)."""
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   try:
     revision = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=root, capture_output=True,
                               text=True, timeout=10, check=True).stdout.strip()

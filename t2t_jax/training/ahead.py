@@ -32,7 +32,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from t2t_jax.mesh import AXIS
+from t2t_jax.platform.mesh import AXIS
 
 BATCH_KEYS = ('inputs', 'targets')
 Shape = tuple[int, int, int]  # global (rows, source length, target length)

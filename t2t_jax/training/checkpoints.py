@@ -32,9 +32,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
-from t2t_jax import distributed, errors, files
-from t2t_jax import workdir as workdir_lib
-from t2t_jax.model import ModelConfig
+from t2t_jax.model.transformer import ModelConfig
+from t2t_jax.platform import distributed, errors, files
+from t2t_jax.platform import workdir as workdir_lib
 
 CHECKPOINTS = 'checkpoints'
 AVERAGED = 'averaged'
@@ -302,7 +302,7 @@ def checkpoint_steps(workdir: str, subdir: str = CHECKPOINTS) -> list[int]:
 
 
 def read_data_state(workdir: str, step: int) -> dict:
-  """checkpoints/<step>/data: the input pipeline's position, and what train.py records beside
+  """checkpoints/<step>/data: the input pipeline's position, and what trainer.py records beside
   it (the seconds trained)."""
   path = os.path.join(os.path.abspath(workdir), CHECKPOINTS, str(step), 'data')
   checkpointer = ocp.Checkpointer(ocp.JsonCheckpointHandler())

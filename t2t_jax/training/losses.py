@@ -6,7 +6,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.tokenizer import PAD_ID
+from t2t_jax.data.tokenizer import PAD_ID
 
 
 class LossSums(NamedTuple):

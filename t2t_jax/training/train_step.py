@@ -4,7 +4,7 @@ Data parallelism is the pmap model written with `jax.shard_map` under `jax.jit` 
 each step is a per-device function over the 1-D mesh of all devices (axis 'data');
 parameters and optimizer state are replicated, each batch is split along its rows, and
 gradients and metrics are summed over the axis. `compile_steps` is the one place the steps
-are compiled; the loop that drives them is train.py.
+are compiled; the loop that drives them is trainer.py.
 """
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ import optax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from t2t_jax import losses, xla
-from t2t_jax.mesh import AXIS, replicated, shard_batch
-from t2t_jax.model import ModelConfig, Transformer
-from t2t_jax.tokenizer import PAD_ID
+from t2t_jax.data.tokenizer import PAD_ID
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import xla
+from t2t_jax.platform.mesh import AXIS, replicated, shard_batch
+from t2t_jax.training import losses
 
 Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]

@@ -21,12 +21,12 @@ a newspaper), and the English is in a restricted register (no pronouns, no "you"
 
 The subpackage, in import order: lexicon.py (the words and their forms), grammar.py (the
 structures and both renderers), sampling.py (random structures, pairs and splits),
-writer.py (the corpus files and the command line `python -m t2t_jax.demo_corpus --out
+writer.py (the corpus files and the command line `python -m t2t_jax.data.demo_corpus --out
 DIR`). This module re-exports what the rest of t2t_jax and the tests use.
 """
 from __future__ import annotations
 
-from t2t_jax.demo_corpus.grammar import (
+from t2t_jax.data.demo_corpus.grammar import (
   Clause,
   NounPhrase,
   PrepPhrase,
@@ -35,15 +35,23 @@ from t2t_jax.demo_corpus.grammar import (
   render_pair,
   translate,
 )
-from t2t_jax.demo_corpus.lexicon import ADJECTIVES, ADVERBS, NOUNS, VERBS, Adjective, Noun, Verb
-from t2t_jax.demo_corpus.sampling import (
+from t2t_jax.data.demo_corpus.lexicon import (
+  ADJECTIVES,
+  ADVERBS,
+  NOUNS,
+  VERBS,
+  Adjective,
+  Noun,
+  Verb,
+)
+from t2t_jax.data.demo_corpus.sampling import (
   MAX_WORDS,
   MIN_WORDS,
   generate_pairs,
   sample_sentence,
   split_pairs,
 )
-from t2t_jax.demo_corpus.writer import (
+from t2t_jax.data.demo_corpus.writer import (
   GENERATOR_VERSION,
   MARKER,
   SPLITS,

@@ -1,10 +1,10 @@
-"""`python -m t2t_jax.demo_corpus --out DIR [--num_train N ...]`: writes the demo corpus.
+"""`python -m t2t_jax.data.demo_corpus --out DIR [--num_train N ...]`: writes the demo corpus.
 
 The command line itself is writer.main; see `--help` for the options.
 """
 from __future__ import annotations
 
-from t2t_jax.demo_corpus.writer import main
+from t2t_jax.data.demo_corpus.writer import main
 
 if __name__ == '__main__':
   main()

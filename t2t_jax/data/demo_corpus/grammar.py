@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from t2t_jax.demo_corpus.lexicon import (
+from t2t_jax.data.demo_corpus.lexicon import (
   ADJECTIVES,
   ADVERBS,
   CONJUNCTIONS,

@@ -13,7 +13,7 @@ import functools
 import random
 from collections.abc import Iterable
 
-from t2t_jax.demo_corpus.grammar import (
+from t2t_jax.data.demo_corpus.grammar import (
   Clause,
   NounPhrase,
   PrepPhrase,
@@ -21,7 +21,7 @@ from t2t_jax.demo_corpus.grammar import (
   negates_object,
   render_pair,
 )
-from t2t_jax.demo_corpus.lexicon import (
+from t2t_jax.data.demo_corpus.lexicon import (
   ADJECTIVES,
   ADVERBS,
   CONJUNCTIONS,

@@ -3,7 +3,7 @@
 `write_corpus` writes <directory>/{train,dev,test}.{en,de} and a marker (corpus.json) with
 the parameters and checksums, so that a later call with the same parameters reuses the
 files; `GENERATOR_VERSION` invalidates corpora written by an older grammar. `main` is
-`python -m t2t_jax.demo_corpus --out DIR`: it writes a corpus and prints its statistics
+`python -m t2t_jax.data.demo_corpus --out DIR`: it writes a corpus and prints its statistics
 and a few sample pairs.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ import re
 import time
 from collections.abc import Sequence
 
-from t2t_jax import files
-from t2t_jax.demo_corpus.sampling import split_pairs
+from t2t_jax.data.demo_corpus.sampling import split_pairs
+from t2t_jax.platform import files
 
 # Bump whenever the grammar or lexicon changes: cached corpora are then regenerated.
 GENERATOR_VERSION = 1

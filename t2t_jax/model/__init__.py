@@ -1,0 +1,2 @@
+"""§3's Transformer (`transformer`), and the one seam for backend-specific ways of computing
+the same thing (`kernels`). Over `data` (its token ids) and `platform`."""
