@@ -13,11 +13,11 @@ configs keep newstest2014 and averaging, §6.1.)
 """
 import ml_collections
 
-from t2t_jax.config import config_lib
+from t2t_jax.config import loading
 
-# Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
-wmt_ende_base = config_lib.load_sibling(__file__, 'wmt_ende_base')
-wmt_ende_big = config_lib.load_sibling(__file__, 'wmt_ende_big')
+# Loaded by path, not imported: experiments/ is no installed package (loading.load_sibling).
+wmt_ende_base = loading.load_sibling(__file__, 'wmt_ende_base')
+wmt_ende_big = loading.load_sibling(__file__, 'wmt_ende_big')
 
 # row name -> overrides of the base config; keys with a dot go into config.model.
 ROWS: dict[str, dict] = {

@@ -52,7 +52,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.dropout_rate = 0.1  # P_drop, §5.4
   config.model.positional = 'sinusoidal'  # §3.5; 'learned' is Table 3 row (E)
   config.model.max_len = 512  # longest position a learned embedding covers
-  # Compute dtype: 'auto' = bfloat16 on GPU/TPU, float32 on CPU (config_lib.compute_dtype);
+  # Compute dtype: 'auto' = bfloat16 on GPU/TPU, float32 on CPU (rules.compute_dtype);
   # parameters, Adam moments, softmax, layer-norm statistics and the loss stay float32.
   config.model.dtype = 'auto'
   # Hardware forms (t2t_jax/model/kernels.py): 'auto' = the CPU forms on a CPU, the plain 'xla'

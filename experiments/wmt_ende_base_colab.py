@@ -9,10 +9,10 @@ notebooks/colab.ipynb selects it on a TPU or GPU runtime.
 """
 import ml_collections
 
-from t2t_jax.config import config_lib
+from t2t_jax.config import loading
 
-# Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
-wmt_ende_base = config_lib.load_sibling(__file__, 'wmt_ende_base')
+# Loaded by path, not imported: experiments/ is no installed package (loading.load_sibling).
+wmt_ende_base = loading.load_sibling(__file__, 'wmt_ende_base')
 
 
 def get_config() -> ml_collections.ConfigDict:

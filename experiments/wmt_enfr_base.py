@@ -6,10 +6,10 @@ the last 5 checkpoints like every base model (§6.1). wmt_enfr_big.py takes its 
 """
 import ml_collections
 
-from t2t_jax.config import config_lib
+from t2t_jax.config import loading
 
-# Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
-wmt_ende_base = config_lib.load_sibling(__file__, 'wmt_ende_base')
+# Loaded by path, not imported: experiments/ is no installed package (loading.load_sibling).
+wmt_ende_base = loading.load_sibling(__file__, 'wmt_ende_base')
 
 
 def use_enfr_data(config: ml_collections.ConfigDict) -> None:

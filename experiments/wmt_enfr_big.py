@@ -2,11 +2,11 @@
 §6.1's text says 41.0, the figure of the first versions)."""
 import ml_collections
 
-from t2t_jax.config import config_lib
+from t2t_jax.config import loading
 
-# Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
-wmt_ende_big = config_lib.load_sibling(__file__, 'wmt_ende_big')
-wmt_enfr_base = config_lib.load_sibling(__file__, 'wmt_enfr_base')
+# Loaded by path, not imported: experiments/ is no installed package (loading.load_sibling).
+wmt_ende_big = loading.load_sibling(__file__, 'wmt_ende_big')
+wmt_enfr_base = loading.load_sibling(__file__, 'wmt_enfr_base')
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -14,10 +14,10 @@ training without --config.train_files stops at once with an error naming the key
 """
 import ml_collections
 
-from t2t_jax.config import config_lib
+from t2t_jax.config import loading
 
-# Loaded by path, not imported: experiments/ is no installed package (config_lib.load_sibling).
-demo = config_lib.load_sibling(__file__, 'demo')
+# Loaded by path, not imported: experiments/ is no installed package (loading.load_sibling).
+demo = loading.load_sibling(__file__, 'demo')
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -19,14 +19,14 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from t2t_jax import study, trainer
-from t2t_jax.config import config_lib
+from t2t_jax.config import command_line, recorded_run, rules
 from t2t_jax.decoding import attention_maps, evaluate, export, translator
 from t2t_jax.model.transformer import ModelConfig, init_param_count
 from t2t_jax.platform import distributed, errors, quiet, xla
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.training import checkpoints
 
-MODES = config_lib.MODES
+MODES = rules.MODES
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file, e.g. '
                                 'experiments/wmt_ende_base.py (or table3.py:ROW). Needed to '
@@ -106,7 +106,7 @@ def _dispatch() -> None:
   if FLAGS.rows is not None and FLAGS.mode != 'study':
     raise errors.UserError(f'--rows: only --mode=study has rows, not --mode={FLAGS.mode}')
   config = _config()
-  config_lib.validate(config, FLAGS.mode)  # every mode: a bad value fails before work
+  rules.validate(config, FLAGS.mode)  # every mode: a bad value fails before work
   if FLAGS.mode == 'params':
     print(f'params: {init_param_count(ModelConfig.from_config(config))}')
     return
@@ -170,7 +170,7 @@ def _config() -> ml_collections.ConfigDict:
   where = os.path.join(FLAGS.workdir or '', workdir_lib.CONFIG)
   if FLAGS.config is not None:
     if recorded is not None and FLAGS.mode in RECORDED_MODES:
-      config_lib.check_against_recorded(FLAGS.config, recorded, where)
+      recorded_run.check_against_recorded(FLAGS.config, recorded, where)
     return FLAGS.config
   if FLAGS.mode not in RECORDED_MODES:
     raise errors.UserError(f'--mode={FLAGS.mode} needs --config=FILE (e.g. '
@@ -179,7 +179,7 @@ def _config() -> ml_collections.ConfigDict:
     raise errors.UserError(f'{where}: no recorded run there (training records it); pass '
                            '--config=FILE, or point --workdir at a trained run')
   logging.info('Config: the run recorded in %s', where)
-  return config_lib.from_recorded(recorded, _recorded_overrides, where)
+  return recorded_run.from_recorded(recorded, _recorded_overrides, where)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
@@ -196,7 +196,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
   except (flags.Error, KeyError, AttributeError, OSError, SyntaxError) as error:
     if _wants_traceback(argv):
       raise
-    line = config_lib.command_line_error(argv)
+    line = command_line.command_line_error(argv)
     if line:
       sys.exit(f't2t_jax: error: {line}')
     if not isinstance(error, flags.Error):

@@ -42,7 +42,7 @@ import ml_collections
 from absl import logging
 
 from t2t_jax import trainer
-from t2t_jax.config import config_lib
+from t2t_jax.config import loading, rules
 from t2t_jax.decoding import evaluate
 from t2t_jax.model.transformer import ModelConfig, init_param_count
 from t2t_jax.platform import errors, files
@@ -71,7 +71,7 @@ VOCABULARY_KEYS = ('dataset', 'tfds_name', 'tfds_data_dir', 'train_split', 'trai
 
 def load_study(file: str) -> types.ModuleType:
   """The study file (experiments/table3.py), checked for what a study needs."""
-  module = config_lib.load_config_module(file)
+  module = loading.load_config_module(file)
   missing = [name for name in ('rows', 'get_config', 'paper_row')
              if not callable(getattr(module, name, None))]
   if missing:
@@ -100,7 +100,7 @@ def row_configs(study: types.ModuleType, rows: Sequence[str] | None,
         raise errors.UserError(f'--config.{key}: row {row} sets it (Table 3 varies it there); '
                                f'leave it out, or leave {row} out of --rows')
       _set(config, key, value)
-    config_lib.validate(config, 'study')
+    rules.validate(config, 'study')
     configs[row] = config
   return configs
 

@@ -21,7 +21,7 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh
 
-from t2t_jax.config import config_lib
+from t2t_jax.config import rules
 from t2t_jax.data import pipeline
 from t2t_jax.decoding import bleu, translator
 from t2t_jax.model.transformer import ModelConfig, Transformer
@@ -122,7 +122,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
 
   Raises StoppedBySignal after saving, when SIGTERM or SIGINT stopped the run.
   """
-  config_lib.validate(config, 'train')
+  rules.validate(config, 'train')
   model_config = ModelConfig.from_config(config)
   workdir_lib.check_local(workdir)
   with workdir_lib.training_lock(workdir):

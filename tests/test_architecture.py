@@ -38,8 +38,8 @@ LAYERS = {
     # plumbing: no paper in it
     'platform': ['errors', 'quiet', 'progress', 'files', 'hugepages', 'xla', 'distributed',
                  'workdir', 'metrics', 'mesh'],
-    # the config (experiments/*.py are checked by config_lib)
-    'config': ['config_lib'],
+    # the config (experiments/*.py are checked by rules)
+    'config': ['rules', 'loading', 'recorded_run', 'command_line'],
     # §5.1's data
     'data': ['tokenizer', 'id_cache', 'sources', 'batching', 'synthetic',
              'demo_corpus.lexicon', 'demo_corpus.grammar', 'demo_corpus.sampling',

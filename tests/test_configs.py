@@ -1,5 +1,5 @@
 """Configs carry the paper's numbers (Table 3), the model has the closed-form size, and the
-one validator (config_lib) names every mistake's key before any work."""
+one validator (t2t_jax/config/rules.py) names every mistake's key before any work."""
 import ast
 import dataclasses
 import os
@@ -18,7 +18,7 @@ from experiments import (
   wmt_enfr_big,
   wmt_sample,
 )
-from t2t_jax.config import config_lib
+from t2t_jax.config import loading, recorded_run, rules
 from t2t_jax.model import transformer
 from t2t_jax.model.transformer import ModelConfig
 from t2t_jax.platform import errors
@@ -45,7 +45,7 @@ TABLE3 = {
 @pytest.mark.parametrize('row', sorted(TABLE3))
 def test_table3_row(row):
   config = table3.get_config(row)
-  config_lib.validate(config)
+  rules.validate(config)
   m = ModelConfig.from_config(config)
   want = {**BASE, **TABLE3[row]}
   got = dict(N=m.num_layers, d_model=m.d_model, d_ff=m.d_ff, h=m.num_heads, d_k=m.key_size,
@@ -158,13 +158,13 @@ def test_bad_config_names_the_key(key, value, message):
   config = wmt_ende_base.get_config()
   config[key] = value
   with pytest.raises(ValueError, match=message.replace('.', r'\.')):
-    config_lib.validate(config)
+    rules.validate(config)
 
 
 def test_unknown_model_key_is_named():
   config = wmt_ende_base.get_config()
   config.model.n_layers = 3
-  for check in (config_lib.validate, ModelConfig.from_config):
+  for check in (rules.validate, ModelConfig.from_config):
     with pytest.raises(errors.UserError, match=r'^config\.model\.n_layers: unknown key; '
                                                r"known keys: \['d_ff', "):
       check(config)
@@ -213,18 +213,18 @@ def test_every_bad_value_is_named(key, value):
   # config.<key>: what is allowed, then what was given.
   expected = re.escape(f'config.{key}: must be ') + '.+' + re.escape(f', got {value!r}') + '$'
   with pytest.raises(errors.UserError, match=expected):
-    config_lib.validate(config)
+    rules.validate(config)
 
 
 def test_every_key_has_a_rule_and_a_bad_value():
   """A key added to the configs without a rule (or a test of it) fails here."""
   for config in (wmt_ende_base.get_config(), demo.get_config()):
-    assert set(config.keys()) <= set(config_lib.RULES)
-    assert set(config.model.keys()) == set(config_lib.MODEL_RULES)
-  assert set(config_lib.RULES) == set(demo.get_config().keys())  # no rule for a gone key
-  assert {key.split('.')[0] for key, _ in BAD_VALUES} == set(config_lib.RULES)
+    assert set(config.keys()) <= set(rules.RULES)
+    assert set(config.model.keys()) == set(rules.MODEL_RULES)
+  assert set(rules.RULES) == set(demo.get_config().keys())  # no rule for a gone key
+  assert {key.split('.')[0] for key, _ in BAD_VALUES} == set(rules.RULES)
   assert {key for key, _ in BAD_VALUES if key.startswith('model.')} == {
-      f'model.{k}' for k in config_lib.MODEL_RULES}
+      f'model.{k}' for k in rules.MODEL_RULES}
 
 
 def test_model_rules_cover_every_model_config_field():
@@ -232,8 +232,8 @@ def test_model_rules_cover_every_model_config_field():
   (or a rule left for a gone field) fails here. vocab_size is a top-level key (RULES);
   deterministic and decode are modes set in code, not config keys."""
   fields = {f.name for f in dataclasses.fields(ModelConfig)}
-  assert set(config_lib.MODEL_RULES) == fields - {'vocab_size', 'deterministic', 'decode'}
-  assert 'vocab_size' in config_lib.RULES
+  assert set(rules.MODEL_RULES) == fields - {'vocab_size', 'deterministic', 'decode'}
+  assert 'vocab_size' in rules.RULES
 
 
 @pytest.mark.parametrize('changes,message', [
@@ -250,7 +250,7 @@ def test_rules_across_keys(changes, message):
   for key, value in changes.items():
     set_key(config, key, value)
   with pytest.raises(ValueError, match=message):
-    config_lib.validate(config)
+    rules.validate(config)
 
 
 def test_learned_positions_at_the_limits_are_fine():
@@ -258,7 +258,7 @@ def test_learned_positions_at_the_limits_are_fine():
   config.decode_extra_length = config.model.max_len - 1  # one input position left
   config.max_length = config.model.max_len
   config.average_last = config.keep_checkpoints
-  config_lib.validate(config)
+  rules.validate(config)
   assert ModelConfig.from_config(config).positional == 'learned'
 
 
@@ -266,11 +266,11 @@ def test_a_missing_key_is_named():
   config = wmt_ende_base.get_config()
   del config['restore_step']
   with pytest.raises(errors.UserError, match=r'^config\.restore_step: missing'):
-    config_lib.validate(config)
+    rules.validate(config)
   config = wmt_ende_base.get_config()
   del config.model['positional']
   with pytest.raises(errors.UserError, match=r'^config\.model\.positional: missing'):
-    config_lib.validate(config)
+    rules.validate(config)
 
 
 def sample_with_files():
@@ -289,23 +289,23 @@ EXPERIMENTS = {
 }
 
 
-@pytest.mark.parametrize('mode', config_lib.MODES)
+@pytest.mark.parametrize('mode', rules.MODES)
 @pytest.mark.parametrize('name', sorted(EXPERIMENTS))
 def test_every_experiment_validates_in_every_mode(name, mode):
-  assert config_lib.validate(EXPERIMENTS[name](), mode) is None
+  assert rules.validate(EXPERIMENTS[name](), mode) is None
 
 
 @pytest.mark.parametrize('name', sorted(EXPERIMENTS))
 def test_model_config_from_config_is_the_config_model(name):
-  """ModelConfig.from_config gives what config_lib.model_config gave: every key of
+  """ModelConfig.from_config gives what rules.model_config gave: every key of
   config.model as the field of that name, vocab_size shared, dtype and kernels 'auto' resolved."""
   config = EXPERIMENTS[name]()
   m = ModelConfig.from_config(config)
   fields = config.model.to_dict()
   if fields['dtype'] == 'auto':
-    fields['dtype'] = config_lib.compute_dtype()
+    fields['dtype'] = rules.compute_dtype()
   if fields['kernels'] == 'auto':
-    fields['kernels'] = config_lib.kernel_forms()
+    fields['kernels'] = rules.kernel_forms()
   assert m == ModelConfig(vocab_size=config.vocab_size, **fields)
   assert m.dtype == 'float32' and m.kernels == 'cpu'  # 'auto' on the CPU the tests run on
   assert (m.vocab_size, m.d_model, m.num_layers) == (
@@ -330,9 +330,9 @@ def test_demo_dataset_on_the_base_config_names_the_missing_key():
               r'\(see experiments/demo\.py\)$')
   for mode in ('train', 'eval'):
     with pytest.raises(errors.UserError, match=expected):
-      config_lib.validate(config, mode)
+      rules.validate(config, mode)
   for mode in ('params', 'average', 'translate', 'attention'):  # read the workdir only
-    config_lib.validate(config, mode)
+    rules.validate(config, mode)
 
 
 def test_files_dataset_needs_train_files_for_training_only():
@@ -342,35 +342,35 @@ def test_files_dataset_needs_train_files_for_training_only():
                                              r"'files' needs it for --mode=train \(pass "
                                              r'--config\.train_files=PREFIX: reads PREFIX\.en '
                                              r'and PREFIX\.de'):
-    config_lib.validate(config, 'train')
+    rules.validate(config, 'train')
   for mode in ('params', 'average', 'translate', 'attention'):
-    config_lib.validate(config, mode)
+    rules.validate(config, mode)
 
 
 def test_eval_needs_the_files_of_config_eval_split():
   config = wmt_ende_base.get_config()
   config.update(dataset='files', eval_split='dev', train_files='t', test_files='t')
-  config_lib.validate(config, 'train')  # training without a dev set is allowed
+  rules.validate(config, 'train')  # training without a dev set is allowed
   with pytest.raises(errors.UserError, match=r"^config\.dev_files: empty; config\.dataset="
                                              r"'files' needs it for --mode=eval with "
                                              r"config\.eval_split='dev'"):
-    config_lib.validate(config, 'eval')
+    rules.validate(config, 'eval')
   config.eval_split = 'test'
-  config_lib.validate(config, 'eval')
+  rules.validate(config, 'eval')
 
 
 def test_tfds_eval_needs_the_split_of_config_eval_split():
   config = wmt_ende_base.get_config()
   config.update(eval_split='dev', dev_split='')
-  config_lib.validate(config, 'train')
+  rules.validate(config, 'train')
   with pytest.raises(errors.UserError, match=r'^config\.dev_split: empty; .*--mode=eval.*'
                                              r'--config\.dev_split=SPLIT'):
-    config_lib.validate(config, 'eval')
+    rules.validate(config, 'eval')
 
 
 def test_wmt_sample_asks_for_its_files_in_one_line():
   with pytest.raises(errors.UserError) as raised:
-    config_lib.validate(wmt_sample.get_config(), 'train')
+    rules.validate(wmt_sample.get_config(), 'train')
   message = str(raised.value)
   assert message.startswith('config.train_files: empty;') and '\n' not in message
   assert '--config.train_files=PREFIX' in message
@@ -388,30 +388,30 @@ def test_shipped_configs_name_no_path_of_a_machine(name):
 
 
 def test_dataset_table_covers_every_dataset_and_only_modes():
-  assert set(config_lib.DATASET_KEYS) == set(config_lib.DATASETS)
-  for needs in config_lib.DATASET_KEYS.values():
-    assert set(needs.keys) <= set(config_lib.MODES)
+  assert set(rules.DATASET_KEYS) == set(rules.DATASETS)
+  for needs in rules.DATASET_KEYS.values():
+    assert set(needs.keys) <= set(rules.MODES)
   with pytest.raises(ValueError, match='mode='):
-    config_lib.validate(demo.get_config(), 'training')
+    rules.validate(demo.get_config(), 'training')
 
 
 def test_modes_are_main_py_s():
-  """main.py's --mode choices are config_lib.MODES itself, the modes `validate` knows (read
+  """main.py's --mode choices are rules.MODES itself, the modes `validate` knows (read
   from the source: importing main would define its absl flags)."""
   with open(os.path.join(ROOT, 't2t_jax', 'main.py'), encoding='utf-8') as f:
     tree = ast.parse(f.read())
   modes = [ast.unparse(node.value) for node in tree.body if isinstance(node, ast.Assign)
            and any(getattr(t, 'id', None) == 'MODES' for t in node.targets)]
-  assert modes == ['config_lib.MODES']
+  assert modes == ['rules.MODES']
   enum = [call for call in ast.walk(tree) if isinstance(call, ast.Call)
           and ast.unparse(call.func) == 'flags.DEFINE_enum' and call.args[0].value == 'mode']
   assert len(enum) == 1 and ast.unparse(enum[0].args[2]) == 'MODES'
 
 
-def test_config_lib_imports_no_other_module_of_the_project():
-  """config → data → model: transformer.py imports config_lib, so config_lib must not import it
-  (or anything that does); t2t_jax.platform.errors is its one project import."""
-  with open(os.path.join(ROOT, 't2t_jax', 'config_lib.py'), encoding='utf-8') as f:
+def test_the_rules_import_no_other_module_of_the_project():
+  """config → data → model: transformer.py imports the rules, so they must not import it
+  (or anything that does); t2t_jax.platform.errors is their one project import."""
+  with open(os.path.join(ROOT, 't2t_jax', 'config', 'rules.py'), encoding='utf-8') as f:
     tree = ast.parse(f.read())
   imported = set()
   for node in ast.walk(tree):
@@ -421,23 +421,23 @@ def test_config_lib_imports_no_other_module_of_the_project():
       imported |= {f'{node.module}.{alias.name}' for alias in node.names}
   assert {name for name in imported if name.startswith('t2t_jax')} == {'t2t_jax.platform.errors'}
   loaded = subprocess.run(
-      [sys.executable, '-c', 'import sys, t2t_jax.config.config_lib; '
+      [sys.executable, '-c', 'import sys, t2t_jax.config.rules; '
        'print(sorted(m for m in sys.modules if m.startswith("t2t_jax")))'],
       cwd=ROOT, capture_output=True, text=True, check=True).stdout
-  assert ast.literal_eval(loaded) == ['t2t_jax', 't2t_jax.config', 't2t_jax.config.config_lib',
+  assert ast.literal_eval(loaded) == ['t2t_jax', 't2t_jax.config', 't2t_jax.config.rules',
                                      't2t_jax.platform', 't2t_jax.platform.errors']
 
 
 def test_check_model_wants_the_resolved_dtype():
   fields = dataclasses.asdict(ModelConfig(vocab_size=10))
-  config_lib.check_model(fields)
+  rules.check_model(fields)
   with pytest.raises(errors.UserError, match=r"^config\.model\.dtype: must be one of "
                                              r".*'auto' is resolved by "
                                              r"ModelConfig\.from_config.*got 'auto'$"):
-    config_lib.check_model({**fields, 'dtype': 'auto'})
+    rules.check_model({**fields, 'dtype': 'auto'})
   with pytest.raises(errors.UserError, match=r'^config\.vocab_size: must be a positive '
                                              r'integer, got 0$'):
-    config_lib.check_model({**fields, 'vocab_size': 0})
+    rules.check_model({**fields, 'vocab_size': 0})
 
 
 def recorded_demo() -> dict:
@@ -452,10 +452,10 @@ def test_a_run_recorded_before_model_kernels_existed_reads_as_auto():
   (hardware forms compute the same model)."""
   recorded = recorded_demo()
   del recorded['model']['kernels']
-  config = config_lib.from_recorded(recorded, [], 'DIR/config.json')
+  config = recorded_run.from_recorded(recorded, [], 'DIR/config.json')
   assert config.model.kernels == 'auto'
-  config_lib.validate(config, 'eval')
-  config = config_lib.from_recorded(recorded, ['config.model.kernels=xla'], 'DIR/config.json')
+  rules.validate(config, 'eval')
+  config = recorded_run.from_recorded(recorded, ['config.model.kernels=xla'], 'DIR/config.json')
   assert ModelConfig.from_config(config).kernels == 'xla'
   assert ModelConfig.from_config(config, platform='cpu').forms.name == 'xla'
   config.model.kernels = 'auto'
@@ -466,7 +466,7 @@ def test_a_run_recorded_before_model_kernels_existed_reads_as_auto():
 
 def test_a_recorded_config_comes_back_with_its_types_and_overrides():
   recorded = recorded_demo()
-  config = config_lib.from_recorded(
+  config = recorded_run.from_recorded(
       recorded, ['config.beam_size=8', 'config.beam_alpha=1', 'config.average_allow_fewer=true',
                  'config.eval_split=dev', 'config.model.dtype=float32'], 'DIR/config.json')
   assert (config.beam_size, config.beam_alpha, config.eval_split) == (8, 1.0, 'dev')
@@ -475,7 +475,7 @@ def test_a_recorded_config_comes_back_with_its_types_and_overrides():
   # restore_step and restart act on the invocation that had them, not on later ones.
   assert (config.restore_step, config.restart) == (0, False)
 
-  config_lib.validate(config, 'eval')
+  rules.validate(config, 'eval')
   assert ModelConfig.from_config(config) == ModelConfig.from_config(demo.get_config()).replace(
       dtype='float32')
 
@@ -491,21 +491,21 @@ def test_a_recorded_config_comes_back_with_its_types_and_overrides():
 ])
 def test_a_recorded_config_refuses_contradictions_and_unknown_keys(override, message):
   with pytest.raises(errors.UserError, match=re.escape(message)):
-    config_lib.from_recorded(recorded_demo(), [override], 'DIR/config.json')
+    recorded_run.from_recorded(recorded_demo(), [override], 'DIR/config.json')
 
 
 def test_check_against_recorded_lets_decoding_keys_change():
   config = demo.get_config()
   config.beam_size, config.decode_extra_length, config.test_files = 12, 3, '/elsewhere/test'
-  config_lib.check_against_recorded(config, recorded_demo(), 'DIR/config.json')  # no error
+  recorded_run.check_against_recorded(config, recorded_demo(), 'DIR/config.json')  # no error
   config.model.d_ff = 256
   with pytest.raises(errors.UserError, match=r'config\.model\.d_ff=256 contradicts'):
-    config_lib.check_against_recorded(config, recorded_demo(), 'DIR/config.json')
+    recorded_run.check_against_recorded(config, recorded_demo(), 'DIR/config.json')
 
 
 def test_configs_build_on_each_other_by_path_from_any_directory(tmp_path):
   """experiments/ is no installed package: a config loads the one it builds on by path
-  (config_lib.load_sibling), so `--config=/abs/path/experiments/X.py` works from any directory
+  (loading.load_sibling), so `--config=/abs/path/experiments/X.py` works from any directory
   without the repository on sys.path, and gives the config the tests import."""
   wanted = [('wmt_ende_big', [], wmt_ende_big.get_config()),
             ('wmt_enfr_big', [], wmt_enfr_big.get_config()),
@@ -513,8 +513,9 @@ def test_configs_build_on_each_other_by_path_from_any_directory(tmp_path):
             ('table3', ['big'], table3.get_config('big')),
             ('table3', ['C_N2'], table3.get_config('C_N2'))]
   loads = [(os.path.join(ROOT, 'experiments', f'{name}.py'), args) for name, args, _ in wanted]
-  script = ('import sys\nfrom t2t_jax import config_lib\n'
-            f'print([config_lib._load_config(path, args).to_json() for path, args in {loads!r}])\n'
+  script = ('import sys\nfrom t2t_jax.config import command_line\n'
+            'print([command_line._load_config(path, args).to_json()\n'
+            f'       for path, args in {loads!r}])\n'
             "print('experiments' in sys.modules)\n")
   env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}  # sys.path[0]: tmp_path
   result = subprocess.run([sys.executable, '-c', script], cwd=tmp_path, env=env,
@@ -527,7 +528,7 @@ def test_configs_build_on_each_other_by_path_from_any_directory(tmp_path):
 
 # experiments/wmt_ende_base_colab.py: the base model on one 16 GiB accelerator (Colab's TPU v5e
 # chip, a single GPU), loaded by path as --config loads it.
-wmt_ende_base_colab = config_lib.load_sibling(os.path.join(ROOT, 'experiments', 'x.py'),
+wmt_ende_base_colab = loading.load_sibling(os.path.join(ROOT, 'experiments', 'x.py'),
                                               'wmt_ende_base_colab')
 FREE_DRIVE_BYTES = 15e9  # a free Google Drive
 
@@ -540,9 +541,9 @@ def leaves(tree, prefix=''):
       yield f'{prefix}{key}', value
 
 
-@pytest.mark.parametrize('mode', config_lib.MODES)
+@pytest.mark.parametrize('mode', rules.MODES)
 def test_colab_config_validates_in_every_mode(mode):
-  assert config_lib.validate(wmt_ende_base_colab.get_config(), mode) is None
+  assert rules.validate(wmt_ende_base_colab.get_config(), mode) is None
 
 
 def test_colab_config_is_base_but_what_one_16gib_accelerator_needs():

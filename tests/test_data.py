@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from experiments import wmt_ende_base
-from t2t_jax.config import config_lib
+from t2t_jax.config import rules
 from t2t_jax.data import batching, id_cache, pipeline, sources
 from t2t_jax.data import tokenizer as tokenizer_lib
 from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
@@ -587,9 +587,9 @@ def test_unknown_dataset_names_the_key(tmp_path):
 
 
 def test_every_dataset_kind_is_dispatched_and_honours_the_protocols(tmp_path):
-  """One table: the kinds config_lib accepts are exactly the kinds pipeline.py dispatches, and
+  """One table: the kinds config/rules.py accepts are exactly the kinds pipeline.py dispatches, and
   the synthetic kind gives a Datasets whose parts have the Protocols' members."""
-  assert set(pipeline.KINDS) == set(config_lib.DATASETS)
+  assert set(pipeline.KINDS) == set(rules.DATASETS)
   config = wmt_ende_base.get_config()
   config.dataset, config.vocab_size, config.max_length, config.tokens_per_batch = (
       'synthetic', 20, 8, 64)
@@ -721,7 +721,7 @@ def test_bad_settings_name_the_key(tmp_path, key, value):
   """The one validator every mode calls first names the key (the pipeline trusts it)."""
   config = make_config(tmp_path, **{key: value})
   with pytest.raises(errors.UserError, match=rf'config\.{key}'):
-    config_lib.validate(config)
+    rules.validate(config)
 
 
 def test_budget_too_small_for_one_row(tmp_path):

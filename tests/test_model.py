@@ -186,7 +186,7 @@ def test_dropout_is_active_in_training_mode_only():
 ])
 def test_bad_model_config_names_the_key(field, value, message):
   """A ModelConfig built by hand (the Python API) gets the validator's checks and messages
-  (config_lib.check_model), as a UserError."""
+  (rules.check_model), as a UserError."""
   with pytest.raises(errors.UserError, match='^' + re.escape(message + ': ')):
     ModelConfig(**{'vocab_size': 100, field: value})
 

@@ -12,7 +12,7 @@ import pytest
 
 import test_data  # pytest puts tests/ (no __init__.py) on sys.path
 from experiments import demo, wmt_ende_base
-from t2t_jax.config import config_lib
+from t2t_jax.config import rules
 from t2t_jax.data import pipeline, synthetic
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import mesh as mesh_lib
@@ -320,8 +320,8 @@ def test_auto_dtype_and_bfloat16_keeps_float32_state():
   assert demo.get_config().model.dtype == 'auto'
   config = tiny_config()
   assert ModelConfig.from_config(config).dtype == 'float32'
-  assert config_lib.compute_dtype('gpu') == config_lib.compute_dtype('tpu') == 'bfloat16'
-  assert config_lib.compute_dtype('cpu') == 'float32'
+  assert rules.compute_dtype('gpu') == rules.compute_dtype('tpu') == 'bfloat16'
+  assert rules.compute_dtype('cpu') == 'float32'
   batches = [synthetic.make_batch(16, config.vocab_size, config.max_length, 0, i)
              for i in range(2)]
   _, metrics_32 = run_steps(config, jax.devices()[:1], batches)

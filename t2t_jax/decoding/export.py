@@ -121,7 +121,7 @@ import safetensors.numpy
 import sentencepiece as spm
 from absl import logging
 
-from t2t_jax.config import config_lib
+from t2t_jax.config import rules
 from t2t_jax.data import pipeline
 from t2t_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID
 from t2t_jax.decoding import translator
@@ -335,7 +335,7 @@ def run_export(config: ml_collections.ConfigDict, workdir: str, output_dir: str)
   """--mode=export: the parameters translate would use (config.decode_params at
   config.restore_step) and the run's vocabulary, as a MarianMT folder at `output_dir`."""
   check_output_dir(output_dir)
-  config_lib.validate(config, 'export')
+  rules.validate(config, 'export')
   model_config = ModelConfig.from_config(config)
   check_exportable(model_config)
   if config.dataset == 'synthetic':

@@ -36,7 +36,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from t2t_jax.config import config_lib
+from t2t_jax.config import recorded_run, rules
 from t2t_jax.data import batching, pipeline, sources
 from t2t_jax.data.tokenizer import PAD_ID
 from t2t_jax.decoding import decode
@@ -223,13 +223,13 @@ class Translator:
 
   The parameters are config.decode_params ('auto': averaged/ if there, else checkpoints/)
   at config.restore_step (0: the newest). `mode` is the --mode the config is checked for
-  (config_lib.validate): 'translate', 'eval' or 'attention'. `from_workdir` builds one from
+  (rules.validate): 'translate', 'eval' or 'attention'. `from_workdir` builds one from
   the config the run recorded.
   """
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *, mode: str = 'translate'):
     self.config = config
-    config_lib.validate(config, mode)
+    rules.validate(config, mode)
     self.model_config = ModelConfig.from_config(config)
     self.mesh = make_mesh()
     self.tokenizer = pipeline.load_tokenizer(config, workdir)
@@ -251,7 +251,7 @@ class Translator:
 
     `overrides` ({'decode_params': 'checkpoint', 'model.dtype': 'bfloat16'}) change keys
     of that config as --config.KEY=VALUE would; one that contradicts the trained model
-    (config_lib.TRAINED_KEYS) is refused with an errors.UserError naming it.
+    (recorded_run.TRAINED_KEYS) is refused with an errors.UserError naming it.
     """
     workdir_lib.check_local(workdir)
     where = f'{workdir.rstrip("/")}/{workdir_lib.CONFIG}'
@@ -259,7 +259,7 @@ class Translator:
     if recorded is None:
       raise errors.UserError(f'{where}: no recorded run there (training records it)')
     pairs = [f'config.{key}={value}' for key, value in (overrides or {}).items()]
-    return cls(config_lib.from_recorded(recorded, pairs, where), workdir)
+    return cls(recorded_run.from_recorded(recorded, pairs, where), workdir)
 
   @property
   def max_input_length(self) -> int:

@@ -2,7 +2,7 @@
 
 The model (transformer.py) and the beam search (decode.py) take each such form from the `Kernels`
 that config.model.kernels names, resolved once for the platform
-(config_lib.kernel_forms: 'auto' is 'cpu' on a CPU, 'xla' elsewhere):
+(rules.kernel_forms: 'auto' is 'cpu' on a CPU, 'xla' elsewhere):
 
   'xla'  the plain forms: flax's own dot_general, threefry dropout bits (jax.random.bits,
          as flax's nn.Dropout draws them), the tied logits as one einsum, jnp.max and

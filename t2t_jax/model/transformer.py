@@ -33,14 +33,14 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from t2t_jax.config import config_lib
+from t2t_jax.config import rules
 
 # Padding (0), defined once, with the vocabulary; it doubles as the decoder's start-of-
 # sequence input (§3.1, shift_right). `from t2t_jax.model.transformer import PAD_ID` keeps working.
 from t2t_jax.data.tokenizer import PAD_ID
 from t2t_jax.model import kernels
 
-POSITIONAL = config_lib.POSITIONAL  # the one list is the validator's (MODEL_RULES)
+POSITIONAL = rules.POSITIONAL  # the one list is the validator's (MODEL_RULES)
 
 Array = jax.Array
 
@@ -69,25 +69,25 @@ class ModelConfig:
   decode: bool = False  # True: the decoder runs one position at a time from a cache
 
   def __post_init__(self):
-    # The validator's rules and messages (config_lib.MODEL_RULES), for a ModelConfig built
+    # The validator's rules and messages (rules.MODEL_RULES), for a ModelConfig built
     # by hand as for one built from a config: a bad value fails before anything compiles.
-    config_lib.check_model({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+    rules.check_model({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict, platform: str | None = None,
                   ) -> ModelConfig:
     """The model's dataclass, built straight from config.model (§3, Table 3) and the shared
     config.vocab_size (§5.1), with dtype and kernels 'auto' resolved for `platform` ('cpu',
-    'cuda', 'tpu', ...; None: this machine's backend): config_lib.compute_dtype and
+    'cuda', 'tpu', ...; None: this machine's backend): rules.compute_dtype and
     kernel_forms. A key of config.model it has no field for is an error (errors.UserError),
-    not silently ignored; config_lib.validate(config, mode) comes first.
+    not silently ignored; rules.validate(config, mode) comes first.
     """
-    config_lib.check_model_keys_known(config.model.keys())
+    rules.check_model_keys_known(config.model.keys())
     fields = config.model.to_dict()
     if fields.get('dtype') == 'auto':
-      fields['dtype'] = config_lib.compute_dtype(platform)
+      fields['dtype'] = rules.compute_dtype(platform)
     if fields.get('kernels', 'auto') == 'auto':
-      fields['kernels'] = config_lib.kernel_forms(platform)
+      fields['kernels'] = rules.kernel_forms(platform)
     return cls(vocab_size=config.vocab_size, **fields)
 
   @property

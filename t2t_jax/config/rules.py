@@ -3,31 +3,20 @@
 One validator, driven by tables: RULES (every top-level key of experiments/wmt_ende_base.py
 and demo.py), MODEL_RULES (the keys of config.model, §3 and Table 3) and DATASET_KEYS (what
 each config.dataset needs in the modes that read its text, §5.1), then the few rules that
-tie two keys together. Every mode of main.py calls `validate` first; model.ModelConfig calls
-`check_model`, the same tables and messages, so that a ModelConfig built by hand (the Python
-API) is held to the rules of one built from a config. Every mistake is an errors.UserError
-that starts `config.<key>: `.
+tie two keys together. Every mode of main.py calls `validate` first; transformer.ModelConfig
+calls `check_model`, the same tables and messages, so that a ModelConfig built by hand (the
+Python API) is held to the rules of one built from a config. Every mistake is an
+errors.UserError that starts `config.<key>: `.
 
-`command_line_error` turns a --config file, Table 3 row or --config.KEY that does not exist
-into one line naming the nearest valid names, instead of a traceback from ml_collections.
-`load_sibling` lets a config build on another by path: experiments/ is no installed package.
-
-Of the project this imports only t2t_jax.platform.errors: the config is checked before the data and
-the model are built from it (config → data → model), so transformer.py imports this module, never
-the reverse.
+Of the project this imports only t2t_jax.platform.errors: the config is checked before the
+data and the model are built from it (config → data → model), so transformer.py imports this
+module, never the reverse.
 """
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import glob
-import importlib.machinery
-import importlib.util
 import numbers
-import os
-import re
-import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
@@ -45,8 +34,6 @@ POSITIONAL = ('sinusoidal', 'learned')  # §3.5; 'learned' is Table 3 row (E)
 COMPUTE_DTYPES = ('float32', 'bfloat16', 'float16')
 # kernels.py's choices of hardware forms; 'auto' is kernel_forms() of the platform.
 KERNEL_FORMS = ('xla', 'cpu')
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-EXPERIMENTS = os.path.join(ROOT, 'experiments')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,190 +327,3 @@ def _check_across_keys(config: ml_collections.ConfigDict) -> None:
         f'config.decode_extra_length: must be < config.model.max_len ({model.max_len}) with '
         f'learned positions: the decoder needs input + decode_extra_length positions, got '
         f'{config.decode_extra_length}')
-
-
-# ------------------------------------------------------------------ the recorded run
-
-# What a trained run fixes: its parameters and vocabulary were made with these values, so a
-# later mode must use them. Every other key (beam_size, eval_split, the test files,
-# restore_step, ...) may change from one invocation to the next.
-TRAINED_KEYS = ('vocab_size', 'source_lang', 'target_lang', 'model')
-# ...except the compute dtype, which only sets the precision of the arithmetic, and the
-# hardware forms, which compute the same model.
-MAY_DIFFER = frozenset({'config.model.dtype', 'config.model.kernels'})
-# Model keys added since runs were first recorded: a config.json without one reads as this.
-ADDED_MODEL_KEYS = {'kernels': 'auto'}
-# Keys that act on the invocation that has them (workdir.move_aside, an older checkpoint):
-# a config read back from the workdir has them at their defaults.
-PER_INVOCATION = {'restart': False, 'restore_step': 0}
-
-
-def from_recorded(recorded: Mapping[str, Any], overrides: Sequence[str],
-                  where: str) -> ml_collections.ConfigDict:
-  """The config recorded in `where` (DIR/config.json), with PER_INVOCATION keys reset and
-  `overrides` ('config.beam_size=8', as on the command line) applied, each checked against
-  the recorded run (check_against_recorded)."""
-  config = ml_collections.ConfigDict(dict(recorded))
-  config.update(PER_INVOCATION)
-  if isinstance(config.get('model'), ml_collections.ConfigDict):
-    for key, value in ADDED_MODEL_KEYS.items():
-      if key not in config.model:
-        config.model[key] = value
-  for override in overrides:
-    path, equals, text_value = override.partition('=')
-    if not equals or not path.startswith('config.'):
-      raise errors.UserError(f'--{override}: expected --config.KEY=VALUE')
-    *parents, name = path.split('.')[1:]
-    node = config
-    for part in parents:
-      node = node[part] if part in node else None
-      if not isinstance(node, ml_collections.ConfigDict):
-        raise errors.UserError(f'--{path}: no such key in {where}')
-    if name not in node:
-      raise errors.UserError(f'--{path}: no such key in {where}')
-    node[name] = _parse_override(path, text_value, node[name])
-  check_against_recorded(config, recorded, where)
-  return config
-
-
-def _parse_override(path: str, text_value: str, current: Any) -> Any:
-  """A command-line value as the type of the recorded one (bool, int, float or str)."""
-  try:
-    if isinstance(current, bool):
-      if text_value.lower() not in ('true', 'false'):
-        raise ValueError(text_value)
-      return text_value.lower() == 'true'
-    if isinstance(current, (int, float, str)):
-      return type(current)(text_value)
-    return int(text_value) if re.fullmatch(r'-?\d+', text_value) else text_value
-  except ValueError:
-    raise errors.UserError(f'--{path}={text_value}: expected type {type(current).__name__} '
-                           f'(the recorded value is {current!r})') from None
-
-
-def check_against_recorded(config: ml_collections.ConfigDict, recorded: Mapping[str, Any],
-                           where: str) -> None:
-  """UserError naming the first TRAINED_KEYS key on which `config` contradicts the run
-  recorded in `where`: decoding, averaging and attention maps use the trained model."""
-  current = config.to_dict()
-  for key in TRAINED_KEYS:
-    for path, old, new in _leaf_differences(recorded.get(key), current.get(key), f'config.{key}'):
-      if path not in MAY_DIFFER:
-        raise errors.UserError(
-            f'{path}={new!r} contradicts the trained run recorded in {where} ({old!r}): its '
-            'parameters and vocabulary were made with that value; drop the --config or the '
-            'override (decoding keys such as beam_size may change)')
-
-
-def _leaf_differences(old: Any, new: Any, path: str) -> Iterable[tuple[str, Any, Any]]:
-  if isinstance(old, Mapping) and isinstance(new, Mapping):
-    for key in sorted(set(old) | set(new)):
-      yield from _leaf_differences(old.get(key), new.get(key), f'{path}.{key}')
-  elif old != new:
-    yield path, old, new
-
-
-# ------------------------------------------------------- mistakes on the command line
-
-
-def command_line_error(argv: Sequence[str]) -> str | None:
-  """One line for a --config file, row or --config.KEY override that does not exist, else None.
-
-  Called once absl's flag parsing has failed: ml_collections reports these mistakes with a
-  traceback, the name buried in it. This loads the config again to name the nearest valid
-  file, row or key (difflib); None leaves the original error to be shown.
-  """
-  path = _config_argument(argv)
-  if path is None:
-    return None  # absl says --config is required
-  file, colon, row = path.partition(':')  # as ml_collections: FILE[:ARGUMENT]
-  if not os.path.isfile(file):
-    return _missing_file(path, file, colon + row)
-  try:
-    config = _load_config(file, [row] if colon else [])
-  except SyntaxError as e:
-    return f'{file}, line {e.lineno}: not a Python config file ({e.msg})'
-  except (ValueError, TypeError) as e:  # get_config's own message, e.g. table3.py's unknown row
-    message = str(e).splitlines()[0] if str(e) else type(e).__name__
-    named = message.split(':', 1)[0].endswith(os.path.basename(file))
-    return message if named else f'{file}: {message}'
-  for arg in argv[1:]:
-    override = re.match(r'-{1,2}(?:no)?config\.([^=]+)', arg)
-    message = override and _unknown_key(config, override.group(1))
-    if message:
-      return message
-  return None
-
-
-def _config_argument(argv: Sequence[str]) -> str | None:
-  """The value of --config (`--config=F` or `--config F`; the last one wins, as in absl)."""
-  value = None
-  for i, arg in enumerate(argv[1:], 1):
-    name, equals, rest = arg.partition('=')
-    if name in ('--config', '-config'):
-      value = rest if equals else (argv[i + 1] if i + 1 < len(argv) else None)
-  return value
-
-
-def _missing_file(path: str, file: str, row: str) -> str:
-  """Names the experiments/*.py nearest to `file` by name (all of them if none is near)."""
-  folder = os.path.relpath(EXPERIMENTS)  # as the user would type it, from where they are
-  names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, '*.py'))
-                 if not p.endswith('__init__.py'))
-  nearest = difflib.get_close_matches(os.path.basename(file), names)
-  if nearest:
-    hint = 'did you mean ' + ' or '.join(os.path.join(folder, n) + row for n in nearest) + '?'
-  else:
-    hint = 'the configs are ' + ', '.join(os.path.join(folder, n) for n in names)
-  return f'--config={path}: no such file; {hint}'
-
-
-def _load_config(file: str, args: list[str]) -> Any:
-  """`get_config(*args)` of a config file, loaded as ml_collections' config flag loads it."""
-  return _load_module(file, 't2t_jax_config_check').get_config(*args)
-
-
-def _unknown_key(config: Any, path: str) -> str | None:
-  """`config.modle: no such key; did you mean config.model?` for the first missing part."""
-  node, walked = config, 'config'
-  for part in path.split('.'):
-    if not isinstance(node, ml_collections.ConfigDict):
-      return (f'{walked}.{part}: no such key; {walked} is a value '
-              f'({type(node).__name__}), not a group of keys')
-    if part not in node:
-      keys = sorted(node.keys())
-      nearest = difflib.get_close_matches(part, keys)
-      hint = ('did you mean ' + ' or '.join(f'{walked}.{k}' for k in nearest) + '?' if nearest
-              else f'the keys of {walked} are ' + ', '.join(keys))
-      return f'{walked}.{part}: no such key; {hint}'
-    node, walked = node[part], f'{walked}.{part}'
-  return None
-
-
-# ------------------------------------------------------- configs that build on configs
-
-
-def load_sibling(config_file: str, name: str) -> types.ModuleType:
-  """The config `name`.py beside `config_file` (a config's own __file__), loaded by path.
-
-  For configs that build on another (wmt_ende_big.py on wmt_ende_base.py): `--config` loads
-  a file by path, so its base must not need `experiments` importable as a package (the
-  repository on sys.path, or a generic top-level package installed): any directory works.
-  """
-  folder = os.path.dirname(os.path.abspath(config_file))
-  return _load_module(os.path.join(folder, f'{name}.py'), f't2t_jax_config_{name}')
-
-
-def load_config_module(file: str) -> types.ModuleType:
-  """A config file (experiments/table3.py) as a module, for what it defines beside
-  get_config (the study's rows and the paper's values)."""
-  name = os.path.splitext(os.path.basename(file))[0]
-  return _load_module(file, f't2t_jax_config_{name}')
-
-
-def _load_module(file: str, module_name: str) -> types.ModuleType:
-  """A Python file as a fresh module, not entered in sys.modules, as ml_collections loads it."""
-  loader = importlib.machinery.SourceFileLoader(module_name, file)
-  module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-  loader.exec_module(module)
-  return module
