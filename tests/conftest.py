@@ -18,15 +18,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+import helpers  # noqa: E402  (tests/helpers.py)
 from t2t_jax.platform import xla  # noqa: E402  (after the environment above)
 
 xla.configure_cpu()
 
 # Tests train and decode the same tiny models again and again, each time with freshly built
 # jitted functions: a compilation cache for this test process (each xdist worker its own,
-# removed at exit) serves the repeats. Measured side by side, 7 training tests of
-# test_checkpoints.py: 157 s without, 89 s with. Subprocesses (main.py) use their config's
-# compilation_cache_dir, as a user's runs do; results are the same executables either way.
+# removed at exit) serves the repeats, which nearly halves the training tests' time.
+# Subprocesses (main.py) use their config's compilation_cache_dir, as a user's runs do;
+# results are the same executables either way.
 _XLA_CACHE = tempfile.mkdtemp(prefix='t2t_jax-test-xla-')
 atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
 jax.config.update('jax_compilation_cache_dir', _XLA_CACHE)
@@ -35,11 +36,10 @@ jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.3)  # skip the
 
 @pytest.fixture(scope='session')
 def tiny_workdir(tmp_path_factory) -> str:
-  """A run of test_evaluate.tiny_config() trained for 6 steps (checkpoints at 3 and 6),
-  shared by the tests of translation and evaluation."""
-  import test_evaluate  # a test module: imported when a test asks for this fixture
-  from t2t_jax import trainer
+  """A run of helpers.tiny_config() trained for 6 steps (checkpoints at 3 and 6), shared by
+  the tests of translation and evaluation."""
+  from t2t_jax import trainer  # here: only the tests that need a trained run import it
 
   path = str(tmp_path_factory.mktemp('trained'))
-  trainer.train_and_evaluate(test_evaluate.tiny_config(), path)
+  trainer.train_and_evaluate(helpers.tiny_config(), path)
   return path

@@ -9,9 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-import test_data  # pytest puts tests/ (no __init__.py) on sys.path
-import test_evaluate
-import test_train
+from helpers import make_config, tiny_config, tiny_step_config
 from t2t_jax import trainer
 from t2t_jax.data import pipeline, synthetic
 from t2t_jax.decoding import translator
@@ -21,7 +19,7 @@ from t2t_jax.training import ahead, optim, train_step
 
 
 def files_config(tmp_path, **overrides):
-  config = test_data.make_config(tmp_path, bucket_band=0, bucket_growth=1.25,
+  config = make_config(tmp_path, bucket_band=0, bucket_growth=1.25,
                                  checkpoint_every_minutes=0.0, compilation_cache_dir='',
                                  **overrides)
   config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4, dropout_rate=0.0)
@@ -89,7 +87,7 @@ def test_precompiled_steps_compile_nothing_when_called():
   """Once the background threads are done, a step of a planned shape compiles nothing and
   gives jax.jit's result; a shape outside the plan is compiled when met, on the caller's
   thread, and counted as a wait."""
-  config = test_train.tiny_config()
+  config = tiny_step_config()
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
   model_config = ModelConfig.from_config(config)
   tx = optim.make_optimizer(config)
@@ -127,7 +125,7 @@ def test_precompiled_steps_compile_nothing_when_called():
 def test_precompiled_searches_compile_nothing_and_decode_the_same():
   """Dev BLEU's beam search compiled ahead for translate_ids's batch shapes: decoding then
   compiles nothing and gives jax.jit's ids and scores."""
-  config = test_train.tiny_config()
+  config = tiny_step_config()
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
   model_config = ModelConfig.from_config(config)
   params = train_step.create_train_state(Transformer(model_config), optim.make_optimizer(config),
@@ -181,7 +179,7 @@ def test_dev_bleus_search_is_built_once_and_compiled_ahead(tmp_path, monkeypatch
   depends on timing here; test_precompiled_searches_compile_nothing_and_decode_the_same
   shows the background compilations.)"""
   monkeypatch.setattr(ahead, 'default_threads', lambda: 1)
-  config = test_evaluate.tiny_config()
+  config = tiny_config()
   config.update(num_train_steps=4, eval_every_steps=2, eval_bleu_every_steps=2,
                 compile_ahead=True, compilation_cache_dir='')
   run, metrics = train_logging_compiles(config, tmp_path / 'run')

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from experiments import demo
+from helpers import ROOT
 from t2t_jax import trainer
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import mesh as mesh_lib
 from t2t_jax.training import checkpoints, optim, train_step
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 12
 
 

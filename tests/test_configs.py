@@ -18,12 +18,12 @@ from experiments import (
   wmt_enfr_big,
   wmt_sample,
 )
+from helpers import ROOT
 from t2t_jax.config import loading, recorded_run, rules
 from t2t_jax.model import transformer
 from t2t_jax.model.transformer import ModelConfig
 from t2t_jax.platform import errors
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What experiments/wmt_sample.py's docstring asks for: the files come from the command line.
 SAMPLE_FILES = {'train_files': 'sample/train', 'dev_files': 'sample/newstest2013',
                 'test_files': 'sample/newstest2013'}

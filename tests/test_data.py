@@ -6,9 +6,7 @@ import hashlib
 import io
 import json
 import os
-import random
 import re
-import subprocess
 import sys
 import time
 import types
@@ -17,52 +15,12 @@ import numpy as np
 import pytest
 
 from experiments import wmt_ende_base
+from helpers import MAX_LENGTH, TOKENS_PER_BATCH, dead_pid, make_config
 from t2t_jax.config import rules
 from t2t_jax.data import batching, id_cache, pipeline, sources
 from t2t_jax.data import tokenizer as tokenizer_lib
 from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
 from t2t_jax.platform import errors, files
-
-MAX_LENGTH = 40
-TOKENS_PER_BATCH = 480
-
-
-def corpus(n: int, seed: int) -> tuple[list[str], list[str]]:
-  """Sentence pairs of correlated lengths, some empty, some too long."""
-  rng = random.Random(seed)
-  syllables = ['the', 'ing', 'er', 'sch', 'ü', 'an', 'ke', 'lo', 'mi', 'st',
-               'ein', 'ch', 'ta', 'ri', 'on', 'qu']
-  words = [''.join(rng.choices(syllables, k=rng.randint(1, 3))) for _ in range(200)]
-  sources, targets = [], []
-  for i in range(n):
-    length = rng.choice([rng.randint(1, 4), rng.randint(1, 9), rng.randint(5, 15)])
-    target_length = max(1, round(length * rng.uniform(0.7, 1.4)))
-    sources.append(' '.join(rng.choices(words, k=length)) + '.')
-    targets.append(' '.join(rng.choices(words, k=target_length)) + '!')
-    if i % 97 == 5:
-      (sources if i % 2 else targets)[-1] = '  '  # an empty side
-  return sources, targets
-
-
-def write_pair(prefix, sources, targets, langs=('en', 'de')):
-  for lang, lines in zip(langs, (sources, targets), strict=True):
-    with open(f'{prefix}.{lang}', 'w', encoding='utf-8') as f:
-      f.write(''.join(line + '\n' for line in lines))
-
-
-def make_config(tmp_path, n_train=600, **overrides):
-  config = wmt_ende_base.get_config()
-  config.dataset = 'files'
-  for split, n, seed in (('train', n_train, 0), ('dev', 60, 1), ('test', 50, 2)):
-    write_pair(tmp_path / split, *corpus(n, seed))
-    config[f'{split}_files'] = str(tmp_path / split)
-  config.vocab_size = 300
-  config.vocab_sample_sentences = 2000
-  config.max_length = MAX_LENGTH
-  config.tokens_per_batch = TOKENS_PER_BATCH
-  config.eval_tokens_per_batch = 256
-  config.update(overrides)
-  return config
 
 
 def rows_of(array):
@@ -200,12 +158,12 @@ def test_a_restored_state_gives_the_next_10_batches(files_run, saved_on, resumed
 
 def test_batches_are_those_of_earlier_versions():
   # A run resumed by a newer t2t_jax must see the batches the older one would have.
-  # The digest changed ONCE, deliberately, with plan version 2 (issue #12: rows per batch
-  # no longer rounded down to the device count, so the batches are the same on any
-  # topology; the fingerprint drops num_devices). The 2026-11-22 digest was
-  # '1a2c93ac7cfaef92' (int64 index arrays throughout); version 2's code with `_rows`
-  # rounded to the 4 devices and the old fingerprint still gives exactly that, so
-  # nothing else changed. Old data states fail set_state, naming the plan change.
+  # The digest changed ONCE, deliberately, with plan version 2 (rows per batch no longer
+  # rounded down to the device count, so the batches are the same on any topology; the
+  # fingerprint drops num_devices). Version 1's digest was '1a2c93ac7cfaef92' (int64 index
+  # arrays throughout); version 2's code with `_rows` rounded to the 4 devices and the old
+  # fingerprint still gives exactly that, so nothing else changed. Old data states fail
+  # set_state, naming the plan change.
   rng = np.random.default_rng(7)
   lengths = rng.integers(1, 56, size=(2, 3000))  # some empty (EOS only), some too long
   offsets = tuple(np.concatenate([[0], np.cumsum(side)]) for side in lengths)
@@ -522,12 +480,6 @@ def test_cache_written_chunk_by_chunk_equals_one_pass(files_run, tmp_path, monke
   # plain .npy files, which numpy reads without this module
   ids = np.load(os.path.join(train_cache(str(tmp_path)), 'target_ids.npy'))
   np.testing.assert_array_equal(ids, whole.ids[1])
-
-
-def dead_pid() -> int:
-  process = subprocess.Popen(['true'])
-  process.wait()
-  return process.pid
 
 
 def test_stale_temporaries_are_swept_but_live_ones_kept(tmp_path):

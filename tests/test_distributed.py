@@ -18,9 +18,9 @@ import jax
 import numpy as np
 import pytest
 
+from helpers import ROOT
 from t2t_jax.training import checkpoints
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
 TINY = ['--config=experiments/demo.py', '--config.dataset=synthetic',
         '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',

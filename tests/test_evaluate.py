@@ -9,24 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import demo
+from helpers import ROOT, TINY_CLI, run_cli, tiny_config
 from t2t_jax import trainer
 from t2t_jax.decoding import bleu, evaluate
 from t2t_jax.decoding.translator import Translator, decoding_batches
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tiny_config():
-  config = demo.get_config()
-  config.dataset = 'synthetic'
-  config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4)
-  config.vocab_size, config.max_length, config.tokens_per_batch = 40, 12, 16 * 12
-  config.num_train_steps, config.log_every_steps, config.eval_every_steps = 6, 6, 6
-  config.checkpoint_every_steps = 3
-  config.decode_tokens_per_batch = 64
-  config.decode_extra_length = 5
-  return config
 
 
 @pytest.fixture
@@ -62,19 +48,9 @@ def test_translation_keeps_input_order_and_handles_awkward_lines(workdir, caplog
   assert len(out) == 1 and 'decoding its first 4' in caplog.text
 
 
-_c = tiny_config()
-COMMON = ['--config=experiments/demo.py', '--config.dataset=synthetic',
-          '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
-          f'--config.vocab_size={_c.vocab_size}', f'--config.max_length={_c.max_length}',
-          f'--config.tokens_per_batch={_c.tokens_per_batch}',
-          f'--config.decode_tokens_per_batch={_c.decode_tokens_per_batch}',
-          f'--config.decode_extra_length={_c.decode_extra_length}']
-
-
-def run_main(*args, stdin=None, xla_flags='--xla_force_host_platform_device_count=2'):
-  env = dict(os.environ, XLA_FLAGS=xla_flags)
-  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *COMMON, *args], cwd=ROOT,
-                        env=env, input=stdin, capture_output=True, text=True, timeout=600)
+def run_main(*args, stdin=None, devices=2):
+  """The command line on the tiny run's config (TINY_CLI)."""
+  return run_cli(*TINY_CLI, *args, input=stdin, devices=devices)
 
 
 def test_translate_splits_a_cpu_into_a_device_per_core(workdir):
@@ -84,9 +60,9 @@ def test_translate_splits_a_cpu_into_a_device_per_core(workdir):
   from t2t_jax.platform import xla
   lines = '5 6 7\n8 9 10 11 12\n13\n6 6 6 6\n7 8\n'
   split = run_main(f'--workdir={workdir}', '--mode=translate', '--input=-', stdin=lines,
-                   xla_flags='')
+                   devices=None)
   one = run_main(f'--workdir={workdir}', '--mode=translate', '--input=-', stdin=lines,
-                 xla_flags='--xla_force_host_platform_device_count=1')
+                 devices=1)
   assert split.returncode == 0 and one.returncode == 0, (split.stderr + one.stderr)[-3000:]
   assert f'on {xla.decoding_devices()} devices' in split.stderr and 'on 1 devices' in one.stderr
   assert split.stdout == one.stdout and len(split.stdout.split('\n')) == 6
@@ -170,7 +146,7 @@ def test_stdin_is_split_on_newlines_only_like_a_file(workdir, tmp_path):
   raw = '5\u20286\n7\x0c8\n9\r10\n\x85\n'.encode('utf-8')
   (tmp_path / 'in.txt').write_bytes(raw)
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
-  args = [sys.executable, '-m', 't2t_jax.main', *COMMON, f'--workdir={workdir}',
+  args = [sys.executable, '-m', 't2t_jax.main', *TINY_CLI, f'--workdir={workdir}',
           '--mode=translate']
   from_stdin = subprocess.run([*args, '--input=-'], cwd=ROOT, env=env, input=raw,
                               capture_output=True, timeout=600)
@@ -221,16 +197,9 @@ def eval_folder(workdir, readable):
   return os.path.join(workdir, 'eval', found[0])
 
 
-def run_bare(*args):
-  """The command line with no --config: the modes of a trained run read DIR/config.json."""
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
-  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=600)
-
-
 def test_the_recorded_run_drives_eval_without_config(workdir):
   """No --config and no training override repeated; a decoding key may still change."""
-  result = run_bare(f'--workdir={workdir}', '--mode=eval', '--config.beam_size=2',
+  result = run_cli(f'--workdir={workdir}', '--mode=eval', '--config.beam_size=2',
                     '--config.eval_split=dev', '--config.decode_params=checkpoint')
   assert result.returncode == 0, result.stderr[-3000:]
   out_dir = eval_folder(workdir, 'dev-checkpoint-6-beam2-alpha0.6-extra5')
@@ -245,14 +214,14 @@ def test_the_recorded_run_drives_eval_without_config(workdir):
     (['--config.model.num_layers=2'], "config.model.num_layers=2 contradicts the trained run"),
     (['--config.vocab_size=41'], 'config.vocab_size=41 contradicts'),
     (['--config=experiments/demo.py'], 'config.vocab_size=2000 contradicts'),
-    ([a for a in COMMON if a != '--config.model.d_ff=64'],
+    ([a for a in TINY_CLI if a != '--config.model.d_ff=64'],
      'config.model.d_ff=512 contradicts the trained run recorded in'),
     (['--config.beam_size=two'], '--config.beam_size=two: expected type int (the recorded value '
                                  'is 4)'),
     (['--config.beam_sise=2'], '--config.beam_sise: no such key in'),
 ])
 def test_an_override_contradicting_the_recorded_model_is_refused(workdir, args, named):
-  result = run_bare(f'--workdir={workdir}', '--mode=translate', '--input=-', *args)
+  result = run_cli(f'--workdir={workdir}', '--mode=translate', '--input=-', *args)
   assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr[-3000:]
   last = result.stderr.strip().splitlines()[-1]
   assert last.startswith('t2t_jax: error: ') and named in last, last

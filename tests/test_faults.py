@@ -21,16 +21,13 @@ import jax
 import numpy as np
 import pytest
 
-import test_data  # pytest puts tests/ (no __init__.py) on sys.path
-import test_evaluate
+from helpers import ROOT, dead_pid, make_config, run_cli, tiny_config
 from t2t_jax import trainer
 from t2t_jax.decoding import evaluate, export, translator
 from t2t_jax.platform import distributed, errors, files, quiet
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.platform.metrics import MetricWriter
 from t2t_jax.training import checkpoints
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
@@ -42,12 +39,6 @@ def run(tiny_workdir, tmp_path):
       and (n in ('averaged', 'eval', 'attention') or n.startswith('previous-'))]))
 
 
-def dead_pid() -> int:
-  child = subprocess.Popen([sys.executable, '-c', 'pass'])
-  child.wait()
-  return child.pid
-
-
 # ------------------------------------------------- outputs: whole or not at all
 
 
@@ -57,7 +48,7 @@ def test_translating_into_a_folder_is_refused_before_decoding(run, tmp_path, mon
   (tmp_path / 'in.txt').write_text('5 6 7\n')
   for output, named in ((tmp_path, 'is a folder'), (tmp_path / 'no' / 'out.txt', 'no folder')):
     with pytest.raises(errors.UserError, match=named):
-      translator.run_translate(test_evaluate.tiny_config(), run, str(tmp_path / 'in.txt'),
+      translator.run_translate(tiny_config(), run, str(tmp_path / 'in.txt'),
                                str(output))
   with pytest.raises(errors.UserError, match='is a folder'):
     files.write_text(str(tmp_path), 'text\n')
@@ -117,7 +108,7 @@ def fake_translator(covers, dtype='float32'):
 def test_eval_folders_name_everything_that_made_them():
   """Another test set, an average over other checkpoints or another dtype once shared the
   folder of an earlier result and replaced it."""
-  config = test_evaluate.tiny_config()
+  config = tiny_config()
   name = lambda tr, src=('a b',), ref=('x y',): evaluate.eval_name(  # noqa: E731
       'test', tr, config, list(src), list(ref))
   base = name(fake_translator([3, 6]))
@@ -131,7 +122,7 @@ def test_eval_folders_name_everything_that_made_them():
 def test_an_evaluation_is_published_whole(run, monkeypatch):
   """Its three files were published one by one: a kill between them left new hypotheses
   beside an old scores.json, and a .tmp-* file that no later run removed."""
-  config = test_evaluate.tiny_config()
+  config = tiny_config()
   evaluate.run_eval(config, run)
   [name] = os.listdir(os.path.join(run, 'eval'))
   folder = os.path.join(run, 'eval', name)
@@ -196,7 +187,7 @@ def test_a_torn_provenance_line_is_set_aside(tmp_path):
 
 def test_a_missing_vocabulary_under_checkpoints_is_an_error(tmp_path):
   """It was trained anew without a warning and the checkpoints resumed with it."""
-  config = test_data.make_config(tmp_path, num_train_steps=2)
+  config = make_config(tmp_path, num_train_steps=2)
   workdir = tmp_path / 'work'
   (workdir / 'checkpoints' / '2').mkdir(parents=True)
   with pytest.raises(errors.UserError, match=r'vocab/spm.model: missing, but .* checkpoints'):
@@ -205,7 +196,7 @@ def test_a_missing_vocabulary_under_checkpoints_is_an_error(tmp_path):
 
 
 def test_resuming_with_a_vocabulary_other_than_the_recorded_one_is_an_error(run, monkeypatch):
-  config = test_evaluate.tiny_config()
+  config = tiny_config()
   config.num_train_steps = 9
   monkeypatch.setattr(trainer, '_vocabulary_fingerprint', lambda datasets: 'another')
   data_state = checkpoints.read_data_state(run, 6)
@@ -216,19 +207,13 @@ def test_resuming_with_a_vocabulary_other_than_the_recorded_one_is_an_error(run,
 
 def test_resuming_another_model_shape_is_a_user_error(run):
   """The message was right, but a ValueError: a 95-line traceback."""
-  config = test_evaluate.tiny_config()
+  config = tiny_config()
   config.model.d_ff = 128
   with pytest.raises(errors.UserError, match='config.model.d_ff'):
     trainer.train_and_evaluate(config, run)
 
 
 # ------------------------------------------- one line for every mistake, on the CLI
-
-
-def run_main(*args, env=None, **popen):
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2', **(env or {}))
-  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=300, **popen)
 
 
 def damage_config(run, content: bytes):
@@ -247,7 +232,7 @@ def config_file(json_path: str, tmp_path) -> str:
 
 def checkpoints_without_vocabulary(run, tmp_path):
   """A run on text files (which trains a vocabulary) whose vocab/ is gone, checkpoints kept."""
-  (tmp_path / 'files.json').write_text(test_data.make_config(tmp_path, num_train_steps=2).to_json())
+  (tmp_path / 'files.json').write_text(make_config(tmp_path, num_train_steps=2).to_json())
   (tmp_path / 'files_run' / 'checkpoints' / '2').mkdir(parents=True)
 
 
@@ -345,7 +330,7 @@ def test_every_mistake_is_one_line(run, tmp_path, name):
     args.insert(0, f'--workdir={workdir}')
   popen = {'preexec_fn': lambda: os.close(0)} if name == 'stdin closed' else {'input': ''}
   try:
-    result = run_main(*args, env=env, **popen)
+    result = run_cli(*args, env=env, timeout=300, **popen)
   finally:
     while hold_lock.handles:
       hold_lock.handles.pop().close()
@@ -498,7 +483,7 @@ def test_a_truncated_checkpoint_is_named_without_a_flood(run, tmp_path):
   assert data
   for path in data:
     os.truncate(path, os.path.getsize(path) // 2)
-  result = run_main(f'--workdir={run}', config_file(os.path.join(run, 'config.json'), tmp_path),
+  result = run_cli(f'--workdir={run}', config_file(os.path.join(run, 'config.json'), tmp_path),
                     '--config.num_train_steps=9', input='')
   assert result.returncode == 0, result.stderr[-3000:]
   for noise in ('Traceback', 'Task exception', 'Exception ignored', 'TensorStore({'):

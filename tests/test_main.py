@@ -2,22 +2,13 @@
 what would be right, not a traceback, and nothing is done before it is found."""
 import errno
 import os
-import subprocess
-import sys
 
 import pytest
 
 from experiments import table3
+from helpers import ROOT, run_cli
 from t2t_jax import main
 from t2t_jax.platform import errors
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_main(*args):
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
-  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=120)
 
 
 def one_error_line(result):
@@ -30,21 +21,21 @@ def one_error_line(result):
 
 
 def test_misspelt_key_names_the_nearest_key(tmp_path):
-  line = one_error_line(run_main('--config=experiments/demo.py', f'--workdir={tmp_path}',
+  line = one_error_line(run_cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
                                  '--config.modle.d_model=3'))
   assert line == 't2t_jax: error: config.modle: no such key; did you mean config.model?'
   assert not os.listdir(tmp_path)
 
 
 def test_misspelt_nested_key_names_the_nearest_key_at_its_level(tmp_path):
-  line = one_error_line(run_main('--config=experiments/demo.py', f'--workdir={tmp_path}',
+  line = one_error_line(run_cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
                                  '--config.model.d_modle=3'))
   assert line == ('t2t_jax: error: config.model.d_modle: no such key; '
                   'did you mean config.model.d_model?')
 
 
 def test_missing_config_file_lists_the_experiments(tmp_path):
-  line = one_error_line(run_main('--config=experiments/nope.py', f'--workdir={tmp_path}'))
+  line = one_error_line(run_cli('--config=experiments/nope.py', f'--workdir={tmp_path}'))
   assert line.startswith('t2t_jax: error: --config=experiments/nope.py: no such file;')
   for name in ('demo', 'table3', 'wmt_ende_base', 'wmt_ende_big', 'wmt_enfr_big'):
     assert f'experiments/{name}.py' in line
@@ -52,12 +43,12 @@ def test_missing_config_file_lists_the_experiments(tmp_path):
 
 
 def test_misspelt_config_file_names_the_nearest_one():
-  line = one_error_line(run_main('--config=experiments/tabel3.py:B_dk16', '--mode=params'))
+  line = one_error_line(run_cli('--config=experiments/tabel3.py:B_dk16', '--mode=params'))
   assert line.endswith('no such file; did you mean experiments/table3.py:B_dk16?')
 
 
 def test_unknown_table3_row_lists_every_row(tmp_path):
-  line = one_error_line(run_main('--config=experiments/table3.py:Z_bad',
+  line = one_error_line(run_cli('--config=experiments/table3.py:Z_bad',
                                  f'--workdir={tmp_path}'))
   assert line.startswith("t2t_jax: error: experiments/table3.py: unknown row 'Z_bad'")
   for row in [*table3.ROWS, 'big']:
@@ -70,17 +61,17 @@ def test_unknown_table3_row_lists_every_row(tmp_path):
     (['--config.warmup_steps=0'], 'config.warmup_steps: must be a positive integer, got 0'),
 ])
 def test_other_mistakes_stay_short(tmp_path, args, named):
-  result = run_main('--config=experiments/demo.py', f'--workdir={tmp_path}', *args)
+  result = run_cli('--config=experiments/demo.py', f'--workdir={tmp_path}', *args)
   assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr
   assert named in result.stderr and len(result.stderr.strip().splitlines()) <= 2
   assert not os.listdir(tmp_path)
 
 
 def test_missing_config_flag_stays_short(tmp_path):
-  line = one_error_line(run_main('--mode=params'))
+  line = one_error_line(run_cli('--mode=params'))
   assert line == ('t2t_jax: error: --mode=params needs --config=FILE (e.g. '
                   'experiments/wmt_ende_base.py)')
-  line = one_error_line(run_main('--mode=eval', f'--workdir={tmp_path}'))  # nothing recorded
+  line = one_error_line(run_cli('--mode=eval', f'--workdir={tmp_path}'))  # nothing recorded
   assert line.startswith(f't2t_jax: error: {tmp_path}/config.json: no recorded run there')
 
 
@@ -90,14 +81,14 @@ def test_missing_config_flag_stays_short(tmp_path):
 ])
 def test_average_validates_before_work(tmp_path, override, named):
   """Not even the empty-workdir check comes first: the config is read before anything."""
-  line = one_error_line(run_main('--config=experiments/demo.py', f'--workdir={tmp_path}',
+  line = one_error_line(run_cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
                                  '--mode=average', override))
   assert line.startswith(f't2t_jax: error: {named}')
   assert not os.listdir(tmp_path)
 
 
 def test_traceback_flag_still_shows_the_traceback(tmp_path):
-  result = run_main('--config=experiments/demo.py', f'--workdir={tmp_path}',
+  result = run_cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
                     '--config.modle.d_model=3', '--traceback')
   assert result.returncode != 0
   assert 'Traceback' in result.stderr and 'modle' in result.stderr

@@ -15,9 +15,10 @@ import types
 
 import pytest
 
+from helpers import ROOT
+
 nbformat = pytest.importorskip('nbformat')
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, 'notebooks', 'colab.ipynb')
 
 # Keys of experiments/demo.py (and wmt_ende_base.py), shrunk for a test run.

@@ -7,8 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-import test_data  # pytest puts tests/ (no __init__.py) on sys.path
-import test_evaluate
+from helpers import make_config, tiny_config
 from t2t_jax.data import pipeline, sources, synthetic
 from t2t_jax.decoding import translator
 from t2t_jax.model.transformer import ModelConfig, Transformer
@@ -144,7 +143,7 @@ def every_update(monkeypatch):
 
 
 def test_progress_lines_appear_during_a_long_eval(log, every_update):
-  config = test_evaluate.tiny_config()
+  config = tiny_config()
   model_config = ModelConfig.from_config(config)
   mesh = make_mesh()
   dummy = np.ones((1, 1), np.int32)
@@ -165,7 +164,7 @@ def test_progress_lines_appear_during_a_long_eval(log, every_update):
 def test_reading_and_encoding_a_files_corpus_log_progress(log, every_update, tmp_path,
                                                           monkeypatch):
   monkeypatch.setattr(sources, '_CHUNK', 100)  # 600 pairs in 6 chunks
-  config = test_data.make_config(tmp_path, n_train=600)
+  config = make_config(tmp_path, n_train=600)
   pipeline.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
   reading = [m for m in log() if m.startswith('Reading the training text for the vocabulary: ')]
   assert len(reading) == 3  # blocks of 1024 sentences of both sides, then the final line

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from helpers import ROOT
 from t2t_jax import study, trainer
 from t2t_jax.decoding import evaluate
 from t2t_jax.model import transformer
@@ -15,7 +16,6 @@ from t2t_jax.model.transformer import ModelConfig
 from t2t_jax.platform import errors
 from t2t_jax.platform import workdir as workdir_lib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE3_FILE = os.path.join(ROOT, 'experiments', 'table3.py')
 # Every row alike: a tiny synthetic task, 4 steps (the study's shared budget).
 TINY = {'dataset': 'synthetic', 'vocab_size': 40, 'max_length': 12, 'tokens_per_batch': 192,

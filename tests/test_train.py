@@ -2,32 +2,19 @@
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import test_data  # pytest puts tests/ (no __init__.py) on sys.path
 from experiments import demo, wmt_ende_base
+from helpers import make_config, run_cli, tiny_step_config
 from t2t_jax.config import rules
 from t2t_jax.data import pipeline, synthetic
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import mesh as mesh_lib
 from t2t_jax.training import losses, optim, train_step
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tiny_config():
-  config = demo.get_config()
-  config.dataset = 'synthetic'
-  config.model.update(num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout_rate=0.0)
-  config.vocab_size, config.max_length, config.tokens_per_batch = 40, 12, 16 * 12
-  config.warmup_steps = 10
-  return config
 
 
 def run_steps(config, devices, batches, grad_accum_steps=1):
@@ -47,7 +34,7 @@ def test_eight_devices_equal_one():
   although the devices hold different numbers of real tokens (the gradient is a global
   per-token mean)."""
   assert jax.device_count() == 8, 'tests/conftest.py asks for 8 CPU devices'
-  config = tiny_config()
+  config = tiny_step_config()
   batches = [synthetic.make_batch(16, config.vocab_size, config.max_length, 0, i)
              for i in range(1)]
   per_device_tokens = (batches[0]['targets'] != 0).reshape(8, -1).sum(1)
@@ -81,7 +68,7 @@ def test_accumulated_micro_batches_make_the_full_batch_update(num_devices, grad_
   """config.grad_accum_steps = k: one Adam update from the summed gradients of k
   micro-batches, divided by the whole batch's token count, equals the update of the whole
   batch at once (dropout off: each micro-batch draws its own masks); so do the metrics."""
-  config = tiny_config()
+  config = tiny_step_config()
   batches = [synthetic.make_batch(16, config.vocab_size, config.max_length, 0, 0)]
   params_1, metrics_1 = run_steps(config, jax.devices()[:1], batches)
   params_k, metrics_k = run_steps(config, jax.devices()[:num_devices], batches,
@@ -99,7 +86,7 @@ def test_synthetic_batches_are_the_same_on_any_topology(num_devices, process_cou
                                                         grad_accum_steps):
   """The synthetic task as the files plan: the global batches of 1 device, padded with
   all-PAD rows for the devices × micro-batches; each process its block; states move."""
-  config = tiny_config()
+  config = tiny_step_config()
   config.tokens_per_batch = 13 * config.max_length  # 13 rows: no device count divides them
   topology = dict(num_devices=num_devices, process_count=process_count,
                   grad_accum_steps=grad_accum_steps)
@@ -130,7 +117,7 @@ def test_synthetic_batches_are_the_same_on_any_topology(num_devices, process_cou
 def test_each_micro_batch_draws_its_own_dropout():
   """Two identical micro-batches under dropout: different masks, so different loss sums,
   and the step's sums are theirs added up."""
-  config = tiny_config()
+  config = tiny_step_config()
   config.model.dropout_rate = 0.5
   model_config = ModelConfig.from_config(config)
   half = synthetic.make_batch(8, config.vocab_size, config.max_length, 0, 0)
@@ -148,7 +135,7 @@ def test_each_micro_batch_draws_its_own_dropout():
 
 
 def test_loss_falls_on_the_synthetic_task():
-  config = tiny_config()
+  config = tiny_step_config()
   config.model.dropout_rate = 0.1
   mesh = mesh_lib.make_mesh(jax.devices()[:2])
   model_config = ModelConfig.from_config(config)
@@ -169,7 +156,7 @@ def test_loss_falls_on_the_synthetic_task():
 
 def test_dropout_rng_differs_per_step_and_device():
   """fold_in(rng, step) then fold_in(device): two steps on the same batch differ."""
-  config = tiny_config()
+  config = tiny_step_config()
   config.model.dropout_rate = 0.5
   batch = synthetic.make_batch(16, config.vocab_size, config.max_length, 0, 0)
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
@@ -183,17 +170,14 @@ def test_dropout_rng_differs_per_step_and_device():
 
 
 def run_main(*args, env_extra=None, devices=2):
-  env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}',
-             **(env_extra or {}))
-  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=600)
+  return run_cli(*args, env=env_extra, devices=devices)
 
 
 def tiny_files_config(tmp_path):
   """A tiny dataset=files corpus (tests/test_data.py's generator) and model: the real §5.1
   plan, whose batches have rows that 8 devices do not divide."""
   # 4 steps: their batches have 17, 17, 12 and 17 rows (two shapes to compile per run).
-  config = test_data.make_config(tmp_path, bucket_band=0, bucket_growth=1.25, num_train_steps=4,
+  config = make_config(tmp_path, bucket_band=0, bucket_growth=1.25, num_train_steps=4,
                                  warmup_steps=10, log_every_steps=1, eval_every_steps=4,
                                  checkpoint_every_minutes=0.0, compilation_cache_dir='')
   config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4, dropout_rate=0.0)
@@ -294,7 +278,7 @@ def test_time_budget_counts_over_resumes(tmp_path):
   checkpoint records the seconds trained, and a resumed run trains for what is left."""
   from t2t_jax import trainer
   from t2t_jax.training import checkpoints
-  config = tiny_config()
+  config = tiny_step_config()
   config.update(num_train_steps=3, checkpoint_every_steps=1, checkpoint_every_minutes=0.0,
                 log_every_steps=1, eval_every_steps=100, compilation_cache_dir='')
   workdir = str(tmp_path)
@@ -318,7 +302,7 @@ def test_auto_dtype_and_bfloat16_keeps_float32_state():
   parameters and Adam moments stay float32, and the loss is float32's within bf16's
   precision (8 bits of mantissa)."""
   assert demo.get_config().model.dtype == 'auto'
-  config = tiny_config()
+  config = tiny_step_config()
   assert ModelConfig.from_config(config).dtype == 'float32'
   assert rules.compute_dtype('gpu') == rules.compute_dtype('tpu') == 'bfloat16'
   assert rules.compute_dtype('cpu') == 'float32'

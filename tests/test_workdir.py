@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from experiments import demo
+from helpers import ROOT, run_cli
 from t2t_jax.platform import files, workdir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ['--config=experiments/demo.py', '--config.dataset=synthetic',
         '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
         '--config.vocab_size=40', '--config.max_length=12', '--config.tokens_per_batch=192',
@@ -24,12 +24,6 @@ with workdir.training_lock(sys.argv[1]):
   print('locked', flush=True)
   time.sleep(600)
 '''
-
-
-def run_main(*args):
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
-  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=600)
 
 
 def test_a_second_lock_on_the_same_workdir_is_refused(tmp_path):
@@ -47,7 +41,7 @@ def test_a_second_trainer_is_refused_and_a_killed_ones_lock_is_taken_over(tmp_pa
                             stdout=subprocess.PIPE, text=True)
   try:
     assert holder.stdout.readline().strip() == 'locked'
-    result = run_main(*TINY, f'--workdir={tmp_path}')
+    result = run_cli(*TINY, f'--workdir={tmp_path}')
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f't2t_jax: error: {tmp_path} is in use by another training run '
@@ -56,14 +50,14 @@ def test_a_second_trainer_is_refused_and_a_killed_ones_lock_is_taken_over(tmp_pa
   finally:
     holder.send_signal(signal.SIGKILL)  # a crash: the kernel drops its lock
     holder.wait()
-  result = run_main(*TINY, f'--workdir={tmp_path}')
+  result = run_cli(*TINY, f'--workdir={tmp_path}')
   assert result.returncode == 0, result.stderr[-3000:]
   assert (tmp_path / 'checkpoints' / '2').is_dir()
 
 
 @pytest.mark.parametrize('mode', ['train', 'eval'])
 def test_url_workdirs_are_refused_in_one_line(tmp_path, mode):
-  result = run_main(*TINY, '--workdir=gs://bucket/run', f'--mode={mode}')
+  result = run_cli(*TINY, '--workdir=gs://bucket/run', f'--mode={mode}')
   assert result.returncode == 1
   assert result.stderr.strip().splitlines()[-1].startswith(
       't2t_jax: error: --workdir=gs://bucket/run: URLs are not supported as workdirs')

@@ -75,10 +75,12 @@ def check_against_recorded(config: ml_collections.ConfigDict, recorded: Mapping[
   """UserError naming the first TRAINED_KEYS key on which `config` contradicts the run
   recorded in `where`: decoding, averaging and attention maps use the trained model."""
   current = config.to_dict()
-  trained = lambda values: {key: values.get(key) for key in TRAINED_KEYS}  # noqa: E731
-  differences = workdir_lib.config_differences(trained(recorded), trained(current))
-  for path, (old, new) in differences.items():
-    if path not in MAY_DIFFER:
+  for key in TRAINED_KEYS:  # in this order: the vocabulary is named before a model key
+    differences = workdir_lib.config_differences({key: recorded.get(key)},
+                                                 {key: current.get(key)})
+    for path, (old, new) in differences.items():
+      if path in MAY_DIFFER:
+        continue
       raise errors.UserError(
           f'{path}={new!r} contradicts the trained run recorded in {where} ({old!r}): its '
           'parameters and vocabulary were made with that value; drop the --config or the '

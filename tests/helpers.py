@@ -1,0 +1,115 @@
+"""What several test modules share: the repository root, the command line in a subprocess, the
+tiny configs (a trained run's, a train step's, a text-file corpus's) and a dead process id.
+pytest puts tests/ on sys.path (no __init__.py), so a test module imports this as `helpers`."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import ml_collections
+
+from experiments import demo, wmt_ende_base
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cli(*args: str, devices: int | None = 2, env: dict | None = None, timeout: float = 600,
+            **kwargs) -> subprocess.CompletedProcess:
+  """`python -m t2t_jax.main ARGS` from the repository root, its output captured as text, on
+  `devices` CPU devices (None: XLA's own choice, the user's default)."""
+  env = dict(os.environ, **(env or {}))
+  env.pop('XLA_FLAGS', None)
+  if devices is not None:
+    env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={devices}'
+  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def dead_pid() -> int:
+  """The id of a process that has ended."""
+  process = subprocess.Popen(['true'])
+  process.wait()
+  return process.pid
+
+
+# ---------------------------------------------------------- a tiny trained run (synthetic)
+
+
+def tiny_config() -> ml_collections.ConfigDict:
+  """The tiny trained run's config (conftest.tiny_workdir): 6 steps, checkpoints at 3 and 6."""
+  config = demo.get_config()
+  config.dataset = 'synthetic'
+  config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4)
+  config.vocab_size, config.max_length, config.tokens_per_batch = 40, 12, 16 * 12
+  config.num_train_steps, config.log_every_steps, config.eval_every_steps = 6, 6, 6
+  config.checkpoint_every_steps = 3
+  config.decode_tokens_per_batch = 64
+  config.decode_extra_length = 5
+  return config
+
+
+_tiny = tiny_config()
+# tiny_config() on the command line (but its step counts).
+TINY_CLI = ['--config=experiments/demo.py', '--config.dataset=synthetic',
+            '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
+            f'--config.vocab_size={_tiny.vocab_size}', f'--config.max_length={_tiny.max_length}',
+            f'--config.tokens_per_batch={_tiny.tokens_per_batch}',
+            f'--config.decode_tokens_per_batch={_tiny.decode_tokens_per_batch}',
+            f'--config.decode_extra_length={_tiny.decode_extra_length}']
+
+
+def tiny_step_config() -> ml_collections.ConfigDict:
+  """A two-layer tiny model without dropout, for comparing train steps."""
+  config = demo.get_config()
+  config.dataset = 'synthetic'
+  config.model.update(num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout_rate=0.0)
+  config.vocab_size, config.max_length, config.tokens_per_batch = 40, 12, 16 * 12
+  config.warmup_steps = 10
+  return config
+
+
+# ------------------------------------------------------------- a tiny corpus of text files
+
+MAX_LENGTH = 40
+TOKENS_PER_BATCH = 480
+
+
+def corpus(n: int, seed: int) -> tuple[list[str], list[str]]:
+  """Sentence pairs of correlated lengths, some empty, some too long."""
+  rng = random.Random(seed)
+  syllables = ['the', 'ing', 'er', 'sch', 'ü', 'an', 'ke', 'lo', 'mi', 'st',
+               'ein', 'ch', 'ta', 'ri', 'on', 'qu']
+  words = [''.join(rng.choices(syllables, k=rng.randint(1, 3))) for _ in range(200)]
+  sources, targets = [], []
+  for i in range(n):
+    length = rng.choice([rng.randint(1, 4), rng.randint(1, 9), rng.randint(5, 15)])
+    target_length = max(1, round(length * rng.uniform(0.7, 1.4)))
+    sources.append(' '.join(rng.choices(words, k=length)) + '.')
+    targets.append(' '.join(rng.choices(words, k=target_length)) + '!')
+    if i % 97 == 5:
+      (sources if i % 2 else targets)[-1] = '  '  # an empty side
+  return sources, targets
+
+
+def write_pair(prefix, sources, targets, langs=('en', 'de')) -> None:
+  for lang, lines in zip(langs, (sources, targets), strict=True):
+    with open(f'{prefix}.{lang}', 'w', encoding='utf-8') as f:
+      f.write(''.join(line + '\n' for line in lines))
+
+
+def make_config(tmp_path, n_train=600, **overrides) -> ml_collections.ConfigDict:
+  """dataset='files' on a generated corpus written into tmp_path (train, dev, test)."""
+  config = wmt_ende_base.get_config()
+  config.dataset = 'files'
+  for split, n, seed in (('train', n_train, 0), ('dev', 60, 1), ('test', 50, 2)):
+    write_pair(tmp_path / split, *corpus(n, seed))
+    config[f'{split}_files'] = str(tmp_path / split)
+  config.vocab_size = 300
+  config.vocab_sample_sentences = 2000
+  config.max_length = MAX_LENGTH
+  config.tokens_per_batch = TOKENS_PER_BATCH
+  config.eval_tokens_per_batch = 256
+  config.update(overrides)
+  return config
