@@ -1,4 +1,5 @@
-"""Command line: `python -m t2t_jax.main --config=FILE --workdir=DIR [--mode=MODE]`.
+"""Command line: `t2t-jax --config=FILE --workdir=DIR [--mode=MODE]` (the same as
+`python -m t2t_jax.main ...` and `python -m t2t_jax ...`).
 
 Parses flags and dispatches; the work happens in the modules named for each mode.
 """
@@ -172,7 +173,8 @@ def _config() -> ml_collections.ConfigDict:
     if recorded is not None and FLAGS.mode in RECORDED_MODES:
       recorded_run.check_against_recorded(FLAGS.config, recorded, where)
     return FLAGS.config
-  if FLAGS.mode not in RECORDED_MODES:
+  # --mode=params with only --workdir counts the recorded run's parameters.
+  if FLAGS.mode not in RECORDED_MODES and not (FLAGS.mode == 'params' and FLAGS.workdir):
     raise errors.UserError(f'--mode={FLAGS.mode} needs --config=FILE (e.g. '
                            'experiments/wmt_ende_base.py)')
   if recorded is None:
@@ -232,5 +234,10 @@ def _wants_traceback(argv: list[str]) -> bool:
   return alone.traceback
 
 
-if __name__ == '__main__':
+def run() -> None:
+  """Parses the command line (sys.argv) and runs its mode; exits with its status."""
   app.run(main, flags_parser=_parse_flags)
+
+
+if __name__ == '__main__':
+  run()

@@ -156,7 +156,8 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
     logging.info('config.train_minutes=%g already spent (%.1f minutes trained) at step %d.',
                  config.train_minutes, trained_s / 60, step)
     last = step
-  logging.info('Training steps %d..%d on %d devices.', step + 1, last, mesh.size)
+  logging.info('Training steps %d..%d on %d device%s.', step + 1, last, mesh.size,
+               's' if mesh.size > 1 else '')
   signum = None
   with StopSignals() as stop, ahead.cancelled_on_exit(pool):
     while step < last and signum is None:

@@ -19,9 +19,9 @@ from t2t_jax.training import ahead, optim, train_step
 
 
 def files_config(tmp_path, **overrides):
-  config = make_config(tmp_path, bucket_band=0, bucket_growth=1.25,
-                                 checkpoint_every_minutes=0.0, compilation_cache_dir='',
-                                 **overrides)
+  config = make_config(tmp_path, **{'bucket_band': 0, 'bucket_growth': 1.25,
+                                    'checkpoint_every_minutes': 0.0,
+                                    'compilation_cache_dir': '', **overrides})
   config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4, dropout_rate=0.0)
   return config
 
@@ -158,7 +158,8 @@ def test_a_run_compiles_its_steps_ahead_and_trains_the_same(tmp_path, monkeypatc
   threads (a shape the loop needs before its turn is compiled on the loop's thread), and
   the metrics are those of a run that compiles each shape when it meets it."""
   monkeypatch.setattr(ahead, 'default_threads', lambda: 1)  # as on a 4-core machine
-  steps = dict(num_train_steps=6, log_every_steps=1, eval_every_steps=3)
+  # Coarse buckets: 5 train and 3 dev shapes to compile per run, not 8 and 7.
+  steps = dict(num_train_steps=6, log_every_steps=1, eval_every_steps=3, bucket_growth=2.0)
   ahead_run, ahead_metrics = train_logging_compiles(
       files_config(tmp_path, compile_ahead=True, **steps), tmp_path / 'ahead')
   met_run, met_metrics = train_logging_compiles(

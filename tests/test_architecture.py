@@ -54,7 +54,7 @@ LAYERS = {
 # Over the layers: the loop that drives them all, Table 3's study of many runs (§6.2), the
 # command line; then the package __init__, which imports nothing of the project (every
 # submodule import runs it).
-ENTRY_POINTS = ['trainer', 'study', 'main']
+ENTRY_POINTS = ['trainer', 'study', 'main', '__main__']
 ORDER = [
     *[name for package, modules in LAYERS.items()
       for name in [f'{PACKAGE}.{package}', *(f'{PACKAGE}.{package}.{m}' for m in modules)]],

@@ -64,7 +64,7 @@ def test_translate_splits_a_cpu_into_a_device_per_core(workdir):
   one = run_main(f'--workdir={workdir}', '--mode=translate', '--input=-', stdin=lines,
                  devices=1)
   assert split.returncode == 0 and one.returncode == 0, (split.stderr + one.stderr)[-3000:]
-  assert f'on {xla.decoding_devices()} devices' in split.stderr and 'on 1 devices' in one.stderr
+  assert f'on {xla.decoding_devices()} devices' in split.stderr and 'on 1 device ' in one.stderr
   assert split.stdout == one.stdout and len(split.stdout.split('\n')) == 6
 
 

@@ -2,12 +2,15 @@
 what would be right, not a traceback, and nothing is done before it is found."""
 import errno
 import os
+import subprocess
+import sys
 
 import pytest
 
 from experiments import table3
-from helpers import ROOT, run_cli
+from helpers import ROOT, run_cli, tiny_config
 from t2t_jax import main
+from t2t_jax.model.transformer import ModelConfig, init_param_count
 from t2t_jax.platform import errors
 
 
@@ -73,6 +76,17 @@ def test_missing_config_flag_stays_short(tmp_path):
                   'experiments/wmt_ende_base.py)')
   line = one_error_line(run_cli('--mode=eval', f'--workdir={tmp_path}'))  # nothing recorded
   assert line.startswith(f't2t_jax: error: {tmp_path}/config.json: no recorded run there')
+  line = one_error_line(run_cli('--mode=params', f'--workdir={tmp_path}'))
+  assert line.startswith(f't2t_jax: error: {tmp_path}/config.json: no recorded run there')
+
+
+def test_params_of_a_trained_run_read_its_recorded_config(tiny_workdir):
+  """--mode=params with only --workdir counts the recorded run's parameters (it once
+  ignored --workdir and asked for --config)."""
+  done = run_cli('--mode=params', f'--workdir={tiny_workdir}')
+  config = ModelConfig.from_config(tiny_config())
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout.strip() == f'params: {init_param_count(config)}'
 
 
 @pytest.mark.parametrize('override,named', [
@@ -118,3 +132,19 @@ def test_only_user_errors_become_one_line(monkeypatch, error, one_line):
   else:
     with pytest.raises(type(error)):
       main.main(['t2t_jax'])
+
+
+def test_the_console_script_and_python_m_t2t_jax_are_the_command_line():
+  """`t2t-jax` (pyproject.toml's [project.scripts], beside this Python) and `python -m
+  t2t_jax` run main.py's command line, exit status and one-line errors included."""
+  script = os.path.join(os.path.dirname(sys.executable), 't2t-jax')
+  assert os.path.isfile(script), 'pip install -e . makes it'
+  for command in ([script], [sys.executable, '-m', 't2t_jax']):
+    done = subprocess.run([*command, '--config=experiments/demo.py', '--mode=params'], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == 'params: 1639936', done.stderr
+    wrong = subprocess.run([*command, '--config=experiments/demo.py', '--config.modle=3'],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip() == ('t2t_jax: error: config.modle: no such key; did you mean '
+                                    'config.model?')

@@ -242,8 +242,9 @@ class Translator:
     check_params_match(loaded.params, config, self.model_config, self.source, workdir)
     self.params = jax.device_put(loaded.params, replicated(self.mesh))
     self._decoders: dict[tuple[int, int | None], Decoder] = {}
-    logging.info('Decoding with the parameters of %s on %d devices (beam %d, alpha %.2f).',
-                 self.source, self.mesh.size, config.beam_size, config.beam_alpha)
+    logging.info('Decoding with the parameters of %s on %d device%s (beam %d, alpha %.2f).',
+                 self.source, self.mesh.size, 's' if self.mesh.size > 1 else '',
+                 config.beam_size, config.beam_alpha)
 
   @classmethod
   def from_workdir(cls, workdir: str, overrides: Mapping[str, Any] | None = None) -> Translator:
