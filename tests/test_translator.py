@@ -4,6 +4,7 @@ The tiny trained run (`tiny_workdir`, conftest.py) is the one of test_evaluate.p
 synthetic task whose text is its ids ('5 6 7').
 """
 import io
+import logging
 import os
 import re
 import subprocess
@@ -222,3 +223,11 @@ def test_a_failed_stream_never_replaces_an_earlier_output_file(tmp_path):
   with translator.stream_output(str(path)) as out:
     out.write(b'complete\n')
   assert path.read_text() == 'complete\n' and not (tmp_path / 'out.txt.partial').exists()
+
+
+def test_loading_a_run_warns_of_nothing(tiny_workdir, caplog):
+  """orbax warned at every load that a checkpoint item has no metadata file of its own
+  (the step directory has it): noise in every Python API session."""
+  caplog.set_level(logging.WARNING)
+  Translator.from_workdir(tiny_workdir, {'decode_params': 'checkpoint'})
+  assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text

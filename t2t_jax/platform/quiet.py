@@ -32,6 +32,21 @@ def install() -> None:
   _ignore_native_calls_to_closed_loops()
 
 
+def drop_orbax_metadata_warning() -> None:
+  """For the library's own use (the Python API has no handler filter of main's): orbax
+  warns on every read of a step's item that the item has no `_CHECKPOINT_METADATA` file of
+  its own, which it never has (the step directory has it). Idempotent."""
+  logger = logging.getLogger('absl')  # orbax logs through absl's logger
+  if not any(isinstance(f, _OrbaxMetadataWarning) for f in logger.filters):
+    logger.addFilter(_OrbaxMetadataWarning())
+
+
+class _OrbaxMetadataWarning(logging.Filter):
+  def filter(self, record) -> bool:
+    return not ('/orbax/' in record.pathname
+                and str(record.msg).startswith('Metadata file does not exist'))
+
+
 class QuietLibraries(logging.Filter):
   """Drops orbax's per-file INFO chatter, its warning that a checkpoint item (params/) has
   no metadata file of its own (the step directory has it), the tracebacks its background

@@ -33,7 +33,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from t2t_jax.model.transformer import ModelConfig
-from t2t_jax.platform import distributed, errors, files
+from t2t_jax.platform import distributed, errors, files, quiet
 from t2t_jax.platform import workdir as workdir_lib
 
 CHECKPOINTS = 'checkpoints'
@@ -317,6 +317,7 @@ def _restore_params(directory: str, step: int) -> Any:
   path = os.path.join(os.path.abspath(directory), str(step), 'params')
   replicated = jax.sharding.NamedSharding(
       jax.sharding.Mesh(np.asarray(jax.devices()), ('replica',)), jax.sharding.PartitionSpec())
+  quiet.drop_orbax_metadata_warning()
   checkpointer = ocp.StandardCheckpointer()
   try:
     metadata = checkpointer.metadata(path).item_metadata
