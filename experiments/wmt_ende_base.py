@@ -99,7 +99,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.average_last = 5  # §6.1: base averages the last 5 checkpoints
   config.average_allow_fewer = False  # True: average what exists (with a warning)
   # Compiled steps kept on disk for later runs, restarts, eval and translate ('' = off).
-  config.compilation_cache_dir = '~/.cache/t2t_jax/platform/xla'
+  config.compilation_cache_dir = '~/.cache/t2t_jax/xla'
   # Compile the train and dev-loss steps for every batch shape the epoch will meet in
   # background threads at start (t2t_jax/training/ahead.py), so that stepping seldom waits for one;
   # on machines of at least 4 cores (below, the step needs them all).
@@ -108,6 +108,10 @@ def get_config() -> ml_collections.ConfigDict:
   # resumes from it and moves newer ones aside; average ends at it; decoding reads it).
   config.restore_step = 0
   config.restart = False  # True: train from step 0 although checkpoints/ holds steps (moved aside)
+  # Fine-tuning: 'DIR' or 'DIR:STEP' starts a new run from another run's parameters (its
+  # average if it has one, else its newest checkpoint; at STEP if given) and vocabulary, with
+  # a fresh optimizer and schedule. Not the paper's; '' = from a random initialisation.
+  config.init_from = ''
   # Parameters for eval/translate/attention: 'auto' = averaged/ if it exists, else the
   # latest checkpoint; 'averaged' or 'checkpoint' to choose.
   config.decode_params = 'auto'

@@ -29,7 +29,7 @@ from t2t_jax.platform import distributed, errors
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.platform.mesh import make_mesh, shard_batch
 from t2t_jax.platform.metrics import MetricWriter, Throughput
-from t2t_jax.training import ahead, checkpoints, optim
+from t2t_jax.training import ahead, checkpoints, fine_tune, optim
 from t2t_jax.training.train_step import (
   Metrics,
   TrainState,
@@ -136,6 +136,12 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
     workdir_lib.move_aside(workdir, list(workdir_lib.RUN_OUTPUTS), 'config.restart=True')
   mesh = make_mesh()
   _check_vocabulary_kept(config, workdir)
+  starting = not checkpoints.checkpoint_steps(workdir)
+  if config.init_from and starting:  # fine-tuning: the source run's vocabulary, checked
+    fine_tune.check_source(config, config.init_from)
+    distributed.first_then_others(
+        't2t_jax_init_from_vocabulary',
+        lambda: fine_tune.adopt_vocabulary(config, config.init_from, workdir))
   datasets = _load_data(config, workdir, mesh)
   tx = optim.make_optimizer(config)
   state = create_train_state(Transformer(model_config), tx, config.seed, mesh)
@@ -317,6 +323,8 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
   if restored is None or workdir_lib.load_config(workdir) is None:
     workdir_lib.save_config(workdir, config)
   if restored is None:
+    if config.init_from:
+      state = fine_tune.initial_params(state, config.init_from)
     return state, 0.0
   state, data_state = restored
   # A checkpoint of an older t2t_jax has no time recorded: its time budget starts afresh.

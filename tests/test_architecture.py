@@ -47,7 +47,7 @@ LAYERS = {
     # one seam for every backend-specific way of computing the same thing, then §3's model
     'model': ['kernels', 'transformer'],
     # §5's loss, optimizer and step, checkpoints and §6.1's averaging
-    'training': ['losses', 'optim', 'train_step', 'ahead', 'checkpoints'],
+    'training': ['losses', 'optim', 'train_step', 'ahead', 'checkpoints', 'fine_tune'],
     # §6.1's beam search, BLEU and what uses them
     'decoding': ['decode', 'translator', 'bleu', 'evaluate', 'attention_maps', 'export'],
 }

@@ -71,7 +71,7 @@ def _parse_override(path: str, text_value: str, current: Any) -> Any:
 
 
 def check_against_recorded(config: ml_collections.ConfigDict, recorded: Mapping[str, Any],
-                           where: str) -> None:
+                           where: str, *, may_differ: frozenset[str] = MAY_DIFFER) -> None:
   """UserError naming the first TRAINED_KEYS key on which `config` contradicts the run
   recorded in `where`: decoding, averaging and attention maps use the trained model."""
   current = config.to_dict()
@@ -79,7 +79,7 @@ def check_against_recorded(config: ml_collections.ConfigDict, recorded: Mapping[
     differences = workdir_lib.config_differences({key: recorded.get(key)},
                                                  {key: current.get(key)})
     for path, (old, new) in differences.items():
-      if path in MAY_DIFFER:
+      if path in may_differ:
         continue
       raise errors.UserError(
           f'{path}={new!r} contradicts the trained run recorded in {where} ({old!r}): its '

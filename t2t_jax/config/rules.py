@@ -140,6 +140,7 @@ RULES: dict[str, Rule] = {
     'average_allow_fewer': BOOL,
     'restore_step': int_at_least(0, ' (0 = the newest checkpoint)'),
     'restart': BOOL,
+    'init_from': text(" (a trained run's DIR or DIR:STEP; '' = none)", empty_ok=True),
     'decode_params': one_of(*DECODE_PARAMS),
     # Plumbing
     'compilation_cache_dir': text(" ('' = no compilation cache)", empty_ok=True),
