@@ -1,5 +1,5 @@
 """The built-in demo: a small Transformer on a generated English→German corpus, sized for
-a 2-core CPU (the README's first command: about 10 minutes, test BLEU above 90).
+a 2-core CPU (the README's first command: 3–7 minutes with setup, test BLEU above 90).
 
 The corpus (t2t_jax/data/demo_corpus/) is a seeded grammar with German gender, case and
 verb-final subordinate clauses; it is written into WORKDIR/demo_corpus/ on first use.
@@ -40,7 +40,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.max_len = 256
   config.learning_rate_scale = 1.0
   config.warmup_steps = 400
-  config.num_train_steps = 1000  # with setup, averaging and eval: under 10 minutes on 2 cores
+  config.num_train_steps = 1000  # with setup, averaging and eval: 3–7 minutes on 2 cores
   config.log_every_steps = 50
   config.eval_every_steps = 400
   config.checkpoint_every_steps = 50

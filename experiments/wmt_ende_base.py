@@ -71,8 +71,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.adam_eps = 1e-9  # §5.3
   config.learning_rate_scale = 1.0  # multiplies d_model^-0.5 · min(...) (§5.3 is 1.0)
   # k > 1: each update sums the gradients of k micro-batches of every device's rows, one
-  # after another; the paper's update of 8 GPUs × ~25k tokens (§5.1, §5.2) on fewer or
-  # smaller accelerators (activation memory of one micro-batch), the same update as k = 1.
+  # after another: the paper's update of ~25k source + ~25k target tokens in all (§5.1),
+  # spread over its 8 GPUs (§5.2), on fewer or smaller accelerators (activation memory of
+  # one micro-batch), the same update as k = 1.
   config.grad_accum_steps = 1
   config.seed = 0
   config.log_every_steps = 100

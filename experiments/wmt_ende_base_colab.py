@@ -29,7 +29,7 @@ def get_config() -> ml_collections.ConfigDict:
   # global batch of one update whatever the devices (batching.py), and the base config's
   # batches are the same ones. One device takes it in 8 micro-batches, one after another,
   # summing their gradients (train_step.py): the same update as the paper's 8 GPUs (§5.2)
-  # each taking ~3125 tokens. Memory of one train step, worst bucket (112 rows of 256 + 256
+  # each taking ~3125 tokens a side. Memory of one train step, worst bucket (112 rows of 256 + 256
   # tokens: 105 real rows padded to a multiple of 8, so 14 rows a micro-batch), base model,
   # bfloat16, from XLA's compiled memory_analysis() on the CPU (benchmarks/grad_accum_memory.py
   # --rows=112 --length=256 --dtype=bfloat16; an estimate, not measured on a TPU or GPU):
@@ -39,7 +39,8 @@ def get_config() -> ml_collections.ConfigDict:
   # speed: on a device with more memory --config.grad_accum_steps=4 (or 1) is the same update.
   config.grad_accum_steps = 8
   # A free Google Drive has 15 GB. One checkpoint is params + 2 Adam moments in float32:
-  # 63,045,632 parameters × 12 bytes = 0.76 GB (orbax writes 0.67 GB: README, measured).
+  # 63,045,632 parameters × 12 bytes = 0.76 GB (orbax writes a little less:
+  # docs/performance.md).
   # The base config keeps 20 (for big's average of 20): 20 × 0.76 = 15.1 GB, over the
   # Drive. 5 are what §6.1 averages for base: 5 × 0.76 = 3.8 GB, 4.5 GB while a 6th is
   # written (orbax deletes the oldest after), + 0.25 GB averaged params (4 bytes each) =

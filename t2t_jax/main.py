@@ -7,7 +7,8 @@ from __future__ import annotations
 
 if __name__ == '__main__':
   # Before anything else is imported: this may run the command again in this process, with
-  # glibc's huge pages for XLA's buffers (hugepages.py; a base train step ~18% faster on a CPU).
+  # glibc's huge pages for XLA's buffers, which saves most of a CPU train step's page faults
+  # (hugepages.py, docs/performance.md).
   from t2t_jax.platform import hugepages
   hugepages.reexec()
 

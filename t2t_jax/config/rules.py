@@ -201,7 +201,8 @@ def compute_dtype(backend: str | None = None) -> str:
 
   Only the compute dtype: parameters, Adam moments, softmax, layer-norm statistics and the
   loss stay float32 (transformer.py). A deviation from the paper, which trained in float32 on
-  P100s, in exchange for ~2× speed; --config.model.dtype=float32 restores it.
+  P100s, in exchange for that faster rate (docs/performance.md); --config.model.dtype=float32
+  restores it.
   """
   # Only here does validating a config start a JAX backend: --distributed initialises first.
   backend = backend or jax.default_backend()

@@ -12,7 +12,7 @@ that config.model.kernels names, resolved once for the platform
          the tied logits' embedding gradient computed transposed (`cpu_tied_logits`),
          dropout bits from a counter hash (`hash_bits`), and a max and a top-k by block
          (`row_max`, `block_top_k`). The `optimization_barrier`s they hold keep XLA from
-         undoing the chosen layouts.
+         undoing the chosen layouts. What each saves: docs/performance.md.
 
 Both give the same numbers up to summation order, except dropout: 'cpu' draws its masks
 from another random stream (the same Bernoulli(1 - P_drop) distribution). Everything here

@@ -141,8 +141,8 @@ def scaled_dot_product_attention(query: Array, key: Array, value: Array, mask: A
   query [b, q, h, d_k], key [b, k, h, d_k], value [b, k, h, d_v], mask broadcastable to
   [b, h, q, k] (True = may attend). Returns ([b, q, h, d_v], weights [b, h, q, k]).
   `kv_layout='bhdk'`: key [b, h, d_k, k] and value [b, h, d_v, k] instead, the layout of
-  the decoding cache, which XLA's CPU dot reads fastest (~5× faster than 'bhkd' for a few
-  queries over a long key axis).
+  the decoding cache, which XLA's CPU dot reads fastest for a few queries over a long key
+  axis (docs/performance.md).
   The logits and the softmax are float32 whatever the compute dtype.
   """
   d_k = query.shape[-1]
@@ -175,10 +175,10 @@ def cached_attention(query: Array, key: Array, value: Array, cached_key: Array,
   own = kernels.einsum_f32('bqhd,bqhd->bhq', query, key)[..., None] * scale  # [b, h, q, 1]
   weights = jax.nn.softmax(jnp.concatenate([old, own], axis=-1), axis=-1)
   weights = weights.astype(value.dtype)
-  # The values as [b, h, n, d] rather than the keys' [b, h, d, n]: the weighted sum ran ~2×
-  # faster alone at n = 256-328, and beam decoding 8.20 -> 7.77 s (base, 64 × 32 tokens,
-  # 4 rounds alternating, 2026-11-25; ids the same). Written [b, h, q, d], then transposed:
-  # XLA:CPU's dot is 8× slower writing [b, q, h, d] itself (a [b, h, q, d] result is small).
+  # The values as [b, h, n, d] rather than the keys' [b, h, d, n]: XLA:CPU's dot streams that
+  # layout faster for the weighted sum over a long cache, which shortens every decoding step
+  # (docs/performance.md; the same ids). Written [b, h, q, d], then transposed: XLA:CPU's dot
+  # is much slower writing [b, q, h, d] itself (a [b, h, q, d] result is small).
   from_cache = jnp.einsum('bhqn,bhnd->bhqd', weights[..., :-1], cached_value)  # [b, h, q, d_v]
   from_own = jnp.einsum('bhq,bqhd->bqhd', weights[..., -1], value)  # [b, q, h, d_v]
   out = jnp.transpose(from_cache, (0, 2, 1, 3)) + from_own  # [b, q, h, d_v]

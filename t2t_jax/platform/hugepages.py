@@ -3,9 +3,9 @@
 XLA:CPU allocates a computation's temporary buffers afresh each time it runs it, and glibc
 serves allocations that large with mmap and gives them back to the kernel on free. Every
 4 KiB page of them is then faulted in and zeroed again at every train step: the [tokens,
-37000] logits and their gradient alone are 300 MB each in a base step. Writing a fresh
-[2048, 37000] float32 array runs at ~8 GB/s on the 2-core CPU this way, at ~47 GB/s with
-2 MiB pages (`x + 1`: 77 against 13 ms). Under the tunable `glibc.malloc.hugetlb=1`
+37000] logits and their gradient alone are 300 MB each in a base step. A 2 MiB page takes
+one fault where 4 KiB pages take 512, so writing a fresh buffer is then mostly the writing
+itself. Under the tunable `glibc.malloc.hugetlb=1`
 (glibc >= 2.35), malloc asks the kernel for transparent huge pages on its own mappings
 (madvise); on a kernel whose THP mode is 'madvise', the common default, nothing else gets
 them.
@@ -16,10 +16,8 @@ line again in this process (os.execv: same PID and file descriptors; nothing has
 with the tunable added, when that helps: Linux, glibc >= 2.35, THP mode 'madvise', and
 GLIBC_TUNABLES not naming the tunable already (set `glibc.malloc.hugetlb=0` in it to keep
 4 KiB pages). Results are bitwise the same either way: only where the memory comes from
-changes. Measured on the 2-core CPU (benchmarks/train_step.py, five runs of each alternating,
-2026-11-24): base train step 2.86 -> 2.37 s (medians), from ~504,000 page faults and 0.80 s
-of system time a step to ~1,700 and 0.14 s; beam decoding, whose loop allocates its buffers
-once a search, unchanged.
+changes. It saves most of a train step's page faults and system time (docs/performance.md);
+beam decoding, whose loop allocates its buffers once a search, is unchanged.
 """
 from __future__ import annotations
 

@@ -15,23 +15,21 @@ from absl import logging
 
 CPU_FLAGS = {
     # XLA:CPU hands reductions to YNNPACK by default (jaxlib 0.10); for the softmax over a
-    # 37k vocabulary that is ~2× slower than XLA's own loops, and beam search spends a
-    # quarter of its time there. Dots and elementwise fusions keep YNNPACK.
+    # 37k vocabulary XLA's own loops are faster, and beam search spends much of its time
+    # there, so this shortens decoding (docs/performance.md). Dots and elementwise fusions
+    # keep YNNPACK.
     '--xla_cpu_experimental_ynn_fusion_type': '-reduce',
     # The scheduler that orders independent ops for concurrency puts big matmuls side by
-    # side, each then getting part of the cores; in program order each gets them all. On
-    # the 2-core CPU, one run, alternating (2026-11-24): base train step 3.56 -> 3.36 s
-    # (benchmarks/train_step.py, median of 5, two rounds each), beam-4 decoding 6.38 -> 6.72
-    # sentences/s (benchmarks/decode.py); parameters after 3 steps and decoded ids bitwise
-    # the same.
+    # side, each then getting part of the cores; in program order each gets them all, which
+    # shortens both the train step and beam search (docs/performance.md). Parameters and
+    # decoded ids are bitwise the same either way.
     '--xla_cpu_enable_concurrency_optimized_scheduler': 'false',
     # Copy insertion with region-based live-range analysis (XLA's default off on CPU): it
     # sees that a while loop's carried decoding cache is read before it is written in place,
     # where the default analysis copied every layer's keys and values twice a step (at 82
-    # positions, 12 arrays of 43 MB). Base beam-4 decoding, 64 × 32 tokens, one run
-    # alternating (2026-11-24): 9.95/10.22 -> 7.97/7.90 s (benchmarks/decode.py's shape,
-    # median of 3), decoded ids bitwise the same; the base train step unchanged (2.83/2.78
-    # -> 2.81/2.80 s).
+    # positions, 12 arrays of 43 MB). It saves those copies of the cache in every decoding
+    # step (docs/performance.md); decoded ids are bitwise the same, and the train step,
+    # which has no such loop, is unaffected.
     '--xla_cpu_copy_insertion_use_region_analysis': 'true',
 }
 
@@ -39,12 +37,10 @@ CPU_FLAGS = {
 # Per computation (jax.jit's compiler_options), for the train step only: its reductions back
 # to YNNPACK. CPU_FLAGS takes them from it for decoding's sake (and the eval step's, whose
 # reductions are the same rows over the vocabulary), but the train step's column sums (the
-# gradients of biases and layer-norm gains over the batch's rows) run several times faster
-# there than as XLA's trees of reduce-windows. Base train step, rounds alternating in one
-# run (2026-11-24): 3.36/3.33/3.52 -> 3.05/3.06/3.30 s with the loss of log_softmax, and
-# 2.90/3.03/3.06/3.11 -> 2.85/2.93/2.79/3.06 s with today's loss (the demo's step, whose
-# reductions are small, loses ~3%: 0.074 -> 0.077 s). The value is YNNPACK's default set,
-# which XLA_FLAGS' '-reduce' narrows to DOT and INDIVIDUAL_DOT.
+# gradients of biases and layer-norm gains over the batch's rows) run faster there than as
+# XLA's trees of reduce-windows, which shortens the base train step (docs/performance.md;
+# the demo's step, whose reductions are small, gains nothing). The value is YNNPACK's
+# default set, which XLA_FLAGS' '-reduce' narrows to DOT and INDIVIDUAL_DOT.
 _YNN_WITH_REDUCE = ('LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,'
                     'LIBRARY_FUSION_TYPE_REDUCE')
 
@@ -63,15 +59,13 @@ def step_compiler_options() -> dict[str, str]:
 # Beam search on a CPU as one JAX device per core, each searching its own rows (the mesh's
 # data parallelism, translator.make_sharded_decoder). On one device XLA:CPU splits every op
 # over the cores, and a step's ~400 mostly small ops each end in a wait for the slowest
-# thread: on the 2-core CPU, 8,600 voluntary context switches and 1.75 busy cores over one
-# base beam-4 search of 64 sentences, against 62 and 1.98 with two devices, whose searches
-# fill each other's gaps. Same output ids; 7.41 -> 6.53 s (64 × 32 tokens) and 27.6 -> 23.2 s
-# (256 × 32), one run each, alternating (2026-11-25). Four devices on the same 2 cores: no
-# further gain (7.4 against 7.5 s). At most MAX_DECODING_DEVICES: every device holds its own
-# copy of the parameters and streams them every step, and splits the decoding batch further
-# (more cores were not measured). Training keeps one device: its base step gained nothing
-# (2.10 against 2.13 s: Adam and the gradients' sum are then done on both), and its
-# numbers would depend on the core count (each device draws its own dropout masks).
+# thread; with a device per core the searches fill each other's gaps, which saves those idle
+# waits and context switches (docs/performance.md). Same output ids. Two devices a core
+# gain nothing more. At most MAX_DECODING_DEVICES: every device holds its own copy of the
+# parameters and streams them every step, and splits the decoding batch further (larger
+# counts are untried). Training keeps one device: its base step gains nothing (Adam and the
+# gradients' sum are then done on both), and its numbers would depend on the core count
+# (each device draws its own dropout masks).
 DEVICE_COUNT_FLAG = '--xla_force_host_platform_device_count'
 MAX_DECODING_DEVICES = 4
 

@@ -32,8 +32,8 @@ def cross_entropy_sums(logits: jax.Array, targets: jax.Array, *,
   lse = max_logit + jnp.log(jnp.sum(jnp.exp(logits - max_logit[..., None]), axis=-1))  # [b, t]
   # A gather, not a sum of where(one_hot, logits, 0): on a CPU the train step's reductions
   # are YNNPACK's (xla.step_compiler_options), which cannot fuse the select, so XLA wrote
-  # it out whole (another 300 MB written and read). Base step, one run, 5 rounds
-  # alternating (2026-11-24): 2.30 -> 2.24 s (medians).
+  # it out whole (another 300 MB written and read); the gather saves that pass
+  # (docs/performance.md).
   target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]  # [b, t]
   nll = lse - target_logit  # -log p_y
   uniform = lse - jnp.mean(logits, axis=-1)  # mean_k(-log p_k)

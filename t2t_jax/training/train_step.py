@@ -70,8 +70,8 @@ def _accumulated_grads(params: Any, batch: Batch, rng: jax.Array, model: Transfo
   """The gradient of this device's loss sum, and its LossSums, over its rows cut into
   `grad_accum_steps` micro-batches taken one after another (`lax.scan`): memory holds one
   micro-batch's activations plus the running sums. Sums of sums, so the same gradient as
-  one pass over the rows (to float rounding): the paper's 25k-token update (§5.1) on
-  fewer or smaller accelerators."""
+  one pass over the rows (to float rounding): the paper's update of ~25k tokens a side
+  (§5.1) on fewer or smaller accelerators."""
   rows = batch['inputs'].shape[0]
   if rows % grad_accum_steps:
     raise ValueError(f'{rows} rows a device cannot be cut into grad_accum_steps='
