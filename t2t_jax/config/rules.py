@@ -147,7 +147,7 @@ RULES: dict[str, Rule] = {
     'compile_ahead': BOOL,
 }
 
-# Every key of config.model: the fields of model.ModelConfig but vocab_size (shared with the
+# Every key of config.model: the fields of transformer.ModelConfig but vocab_size (shared with the
 # data, §5.1) and the mode flags deterministic and decode (tests/test_configs.py compares).
 MODEL_RULES: dict[str, Rule] = {
     'num_layers': POSITIVE_INT,  # N, §3.1
@@ -224,7 +224,7 @@ def validate(config: ml_collections.ConfigDict, mode: str = 'train') -> None:
   config.model's keys (MODEL_RULES; no unknown ones), the keys config.dataset needs in this
   `mode` (DATASET_KEYS: only train and eval read the data, so only they need its paths),
   then the rules across keys. `mode` is one of MODES. Builds nothing: the model's dataclass
-  is model.ModelConfig.from_config(config), which resolves dtype 'auto'.
+  is transformer.ModelConfig.from_config(config), which resolves dtype 'auto'.
   """
   if mode not in MODES:  # the caller's bug, not the user's
     raise ValueError(f'mode={mode!r}: not one of {MODES}')
@@ -242,7 +242,7 @@ def validate(config: ml_collections.ConfigDict, mode: str = 'train') -> None:
 
 
 def check_model(fields: Mapping[str, Any]) -> None:
-  """Raises errors.UserError for a bad field of model.ModelConfig, as `validate` would for
+  """Raises errors.UserError for a bad field of transformer.ModelConfig, as `validate` would for
   config.model and config.vocab_size: the same tables and messages.
 
   `fields`: vocab_size and the MODEL_RULES keys; others (the mode flags deterministic and
@@ -258,7 +258,7 @@ def check_model(fields: Mapping[str, Any]) -> None:
 
 def check_model_keys_known(keys: Iterable[str]) -> None:
   """Raises errors.UserError for a key of config.model that no MODEL_RULES (nor a field of
-  model.ModelConfig) has: a misspelt key would otherwise be silently ignored."""
+  transformer.ModelConfig) has: a misspelt key would otherwise be silently ignored."""
   unknown = sorted(set(keys) - set(MODEL_RULES))
   if unknown:
     raise errors.UserError(f'config.model.{unknown[0]}: unknown key; known keys: '

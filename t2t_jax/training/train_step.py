@@ -76,7 +76,7 @@ def _accumulated_grads(params: Any, batch: Batch, rng: jax.Array, model: Transfo
   if rows % grad_accum_steps:
     raise ValueError(f'{rows} rows a device cannot be cut into grad_accum_steps='
                      f'{grad_accum_steps} micro-batches: pad the global batch to a multiple '
-                     'of devices × grad_accum_steps (data.get_datasets(grad_accum_steps=...))')
+                     'of devices × grad_accum_steps (pipeline.get_datasets(grad_accum_steps=...))')
   # [k, rows / k, length]: micro-batch i is the device's rows i·rows/k .. (i + 1)·rows/k - 1.
   micro_batches = jax.tree_util.tree_map(
       lambda x: x.reshape(grad_accum_steps, rows // grad_accum_steps, *x.shape[1:]), batch)
