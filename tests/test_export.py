@@ -6,8 +6,10 @@ checks compare what transformers' own MarianMTModel and MarianTokenizer compute 
 with what our model and Tokenizer compute: logits, greedy outputs, ids.
 """
 import dataclasses
+import logging
 import os
 import random
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -135,7 +137,7 @@ def test_the_folder_holds_marian_files_and_nothing_else(exported):
   assert config.scale_embedding and config.activation_function == 'relu'
   generation = transformers.GenerationConfig.from_pretrained(exported.path)
   assert (generation.num_beams, generation.length_penalty, generation.suppress_tokens,
-          generation.forced_eos_token_id, generation.max_length) == (4, 0.6, [0], 1, 47)
+          generation.forced_eos_token_id, generation.max_new_tokens) == (4, 0.6, [0], 1, 46)
 
 
 def test_marian_tokenizer_gives_our_ids(exported):
@@ -170,22 +172,30 @@ def test_logits_equal_ours(exported):
 
 def test_greedy_outputs_equal_our_beam_search_of_one(exported):
   """transformers' greedy search with the exported generation config (PAD suppressed, EOS
-  forced at max_length) against decode.beam_search(beam_size=1), each sentence with our
-  per-sentence limit |Y| ≤ len(source ids) + extra as max_length (+ the start symbol)."""
+  forced at the limit) against decode.beam_search(beam_size=1), each sentence with our
+  per-sentence limit |Y| ≤ len(source ids) + extra as max_new_tokens, as docs/export.md
+  advises: transformers warns of nothing (it warned of max_length beside max_new_tokens)."""
   rows = [exported.tokenizer.encode(s) for s in SENTENCES]
   ours, _ = decode.beam_search(exported.params, padded(rows), config=exported.model_config,
                                beam_size=1, extra_length=EXTRA_LENGTH)
   ours = np.asarray(ours)
+  warned = []  # transformers warns through its own logger (no propagation) and warnings
+  handler = logging.Handler(logging.WARNING)
+  handler.emit = warned.append
+  logging.getLogger('transformers').addHandler(handler)
   stops = []
   for row, our_ids in zip(rows, ours, strict=True):
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+      warnings.simplefilter('error')
       theirs = exported.hf_model.generate(
           input_ids=torch.tensor([row]), num_beams=1, do_sample=False,
-          max_length=1 + len(row) + EXTRA_LENGTH)[0].numpy()  # + the start symbol
+          max_new_tokens=len(row) + EXTRA_LENGTH)[0].numpy()
     assert theirs[0] == PAD_ID  # the start symbol
     length = list(our_ids).index(EOS_ID) + 1
     np.testing.assert_array_equal(theirs[1:], our_ids[:length])
     stops.append(length < len(row) + EXTRA_LENGTH)
+  logging.getLogger('transformers').removeHandler(handler)
+  assert not warned, [record.getMessage() for record in warned]
   assert any(stops) and not all(stops)  # an EOS chosen and one forced at the limit, both
 
 
@@ -261,3 +271,16 @@ def test_the_permutation_puts_our_sinusoids_in_marians_layout():
   marian = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
   ours = np.asarray(sinusoidal_positions(jnp.asarray(positions), d_model))
   np.testing.assert_allclose(ours[:, pi], marian, atol=1e-6)
+
+
+def test_the_model_card_names_the_model_and_its_example_runs(exported, capsys):
+  card = open(os.path.join(exported.path, 'README.md'), encoding='utf-8').read()
+  assert card.startswith('---\nlanguage: [en, de]\n')
+  config = exported.model_config
+  for fact in (f'{config.num_layers} encoder and {config.num_layers} decoder layers',
+               f'd_model {config.d_model}', f'{config.vocab_size} pieces', '`averaged/1`'):
+    assert fact in card, fact
+  code = card.split('```python\n')[1].split('```')[0]
+  exec(compile(code.replace('PATH', repr(exported.path)), 'README.md', 'exec'), {})
+  printed = capsys.readouterr().out.strip()
+  assert printed.startswith('[') and printed.endswith(']')  # one translation, a list

@@ -86,14 +86,15 @@ Decoding (generation_config.json), mapped as far as transformers allows:
   log P by |Y|^α, ours by ((5 + |Y|) / 6)^α (GNMT, §6.1): beam search ranks hypotheses
   differently, only greedy decoding (num_beams=1) is the same search. suppress_tokens=[0]:
   PAD is never emitted, as ours bans it (after the log-softmax in beam search, as ours, so
-  nothing is renormalised). forced_eos_token_id=1: at max_length only EOS may follow, as at
-  our limit (transformers gives it log-prob 0 there, ours its own). max_length: ours is per
-  sentence, |Y| ≤ (source ids with EOS) + config.decode_extra_length; transformers has one
-  limit per call, here the longest ours allows, max_decode_input_length + decode_extra_length
-  (+1 for the start symbol): pass max_new_tokens = len(input_ids) + extra per sentence for
-  ours exactly. early_stopping='never' bounds a live hypothesis at max_length, as ours does at
-  its limit (transformers' default, False, guesses from the current length); it still waits
-  for num_beams finished hypotheses where ours stops at the best one (n_best=1).
+  nothing is renormalised). forced_eos_token_id=1: at the limit only EOS may follow, as at
+  our limit (transformers gives it log-prob 0 there, ours its own). max_new_tokens: ours is
+  per sentence, |Y| ≤ (source ids with EOS) + config.decode_extra_length; transformers has
+  one limit per call, here the longest ours allows, max_decode_input_length +
+  decode_extra_length: pass max_new_tokens = len(input_ids) + extra per sentence for ours
+  exactly (it replaces the file's, without a warning). early_stopping='never' bounds a live
+  hypothesis at the limit, as ours does at its limit (transformers' default, False, guesses
+  from the current length); it still waits for num_beams finished hypotheses where ours
+  stops at the best one (n_best=1).
 
 Not representable, refused by `check_exportable` (errors.UserError naming the key): learned
 positions (Table 3 row E: Marian's positions are a frozen sinusoid table that save_pretrained
@@ -141,7 +142,7 @@ DECODER_NORMS = {'self_attention_sublayer': 'self_attn_layer_norm',
                  'ffn_sublayer': 'final_layer_norm'}
 # What an export writes; MarianTokenizer reads the last five.
 FILES = ('config.json', 'generation_config.json', 'model.safetensors', 'source.spm', 'target.spm',
-         'vocab.json', 'tokenizer_config.json', 'special_tokens_map.json')
+         'vocab.json', 'tokenizer_config.json', 'special_tokens_map.json', 'README.md')
 
 
 def check_exportable(model_config: ModelConfig) -> None:
@@ -234,16 +235,17 @@ def marian_config(model_config: ModelConfig, *, max_positions: int) -> dict[str,
   }
 
 
-def generation_config(*, beam_size: int, alpha: float, max_length: int) -> dict[str, Any]:
+def generation_config(*, beam_size: int, alpha: float, max_new_tokens: int) -> dict[str, Any]:
   """generation_config.json: our §6.1 search as far as transformers can express it.
 
-  max_length counts the start symbol, as transformers does for encoder-decoder models.
+  The limit is max_new_tokens, not max_length: a caller's own max_new_tokens (ours per
+  sentence) then replaces it, where beside a max_length transformers would warn.
   """
   return {
       'decoder_start_token_id': PAD_ID, 'pad_token_id': PAD_ID, 'eos_token_id': EOS_ID,
       'bos_token_id': None, 'forced_eos_token_id': EOS_ID, 'suppress_tokens': [PAD_ID],
       'num_beams': beam_size, 'length_penalty': alpha, 'early_stopping': 'never',
-      'max_length': max_length, 'do_sample': False, 'renormalize_logits': False,
+      'max_new_tokens': max_new_tokens, 'do_sample': False, 'renormalize_logits': False,
   }
 
 
@@ -263,6 +265,42 @@ def tokenizer_files(sentencepiece_model: bytes, *, source_lang: str, target_lang
           'special_tokens_map.json': _json(special)}
 
 
+def model_card(model_config: ModelConfig, *, source_lang: str, target_lang: str,
+               trained_from: str, max_new_tokens: int) -> bytes:
+  """README.md: the Hugging Face model card, saying what the model is, how it was made, and
+  where transformers decodes otherwise than t2t_jax."""
+  m = model_config
+  return f'''---
+language: [{source_lang}, {target_lang}]
+library_name: transformers
+pipeline_tag: translation
+license: apache-2.0
+tags: [marian, t2t_jax, transformer]
+---
+
+# Transformer {source_lang}→{target_lang}, trained with t2t_jax
+
+The Transformer of *Attention Is All You Need* (Vaswani et al., 2017), trained with t2t_jax
+and exported as a MarianMT model: {m.num_layers} encoder and {m.num_layers} decoder layers,
+d_model {m.d_model}, d_ff {m.d_ff}, {m.num_heads} heads, a shared SentencePiece vocabulary
+of {m.vocab_size} pieces; the parameters of `{trained_from}` of its training run.
+
+```python
+from transformers import MarianMTModel, MarianTokenizer
+
+tokenizer = MarianTokenizer.from_pretrained(PATH)
+model = MarianMTModel.from_pretrained(PATH)
+batch = tokenizer(['A sentence.'], return_tensors='pt')
+print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
+```
+
+Greedy decoding (`num_beams=1`) gives t2t_jax's outputs; beam search ranks hypotheses by
+log P / |Y|^α where t2t_jax's (§6.1) uses ((5 + |Y|) / 6)^α. The output limit is one per
+call ({max_new_tokens} new tokens here); t2t_jax's is the input's length + its extra length
+per sentence: pass `max_new_tokens` for that.
+'''.encode()
+
+
 def _json(value: Any) -> bytes:
   return (json.dumps(value, indent=2, ensure_ascii=False) + '\n').encode('utf-8')
 
@@ -270,7 +308,7 @@ def _json(value: Any) -> bytes:
 def export_marian(params: Params, model_config: ModelConfig, tokenizer_model_path: str,
                   output_dir: str, *, source_lang: str, target_lang: str, beam_size: int = 4,
                   alpha: float = 0.6, max_input_length: int = 1024,
-                  extra_length: int = 50) -> None:
+                  extra_length: int = 50, trained_from: str = 'a checkpoint') -> None:
   """Writes the MarianMT folder `output_dir` (FILES) for `params` of `model_config` and the
   SentencePiece model at `tokenizer_model_path`, whole or not at all.
 
@@ -291,10 +329,12 @@ def export_marian(params: Params, model_config: ModelConfig, tokenizer_model_pat
   contents = {
       'config.json': _json(marian_config(model_config, max_positions=max_positions)),
       'generation_config.json': _json(generation_config(
-          beam_size=beam_size, alpha=alpha, max_length=max_positions + 1)),
+          beam_size=beam_size, alpha=alpha, max_new_tokens=max_positions)),
       'model.safetensors': safetensors.numpy.save(state, metadata={'format': 'pt'}),
       **tokenizer_files(sentencepiece_model, source_lang=source_lang, target_lang=target_lang,
-                        max_input_length=max_input_length)}
+                        max_input_length=max_input_length),
+      'README.md': model_card(model_config, source_lang=source_lang, target_lang=target_lang,
+                              trained_from=trained_from, max_new_tokens=max_positions)}
   write_folder(contents, output_dir)
 
 
@@ -350,7 +390,7 @@ def run_export(config: ml_collections.ConfigDict, workdir: str, output_dir: str)
                 source_lang=config.source_lang, target_lang=config.target_lang,
                 beam_size=config.beam_size, alpha=config.beam_alpha,
                 max_input_length=config.max_decode_input_length,
-                extra_length=config.decode_extra_length)
+                extra_length=config.decode_extra_length, trained_from=loaded.source)
   logging.info('Exported the parameters of %s as a MarianMT model to %s', loaded.source,
                output_dir)
 
