@@ -20,7 +20,7 @@ Prints JSON lines as it goes (and appends them to --out), then a markdown table:
            compilation cache off: seconds of each, compile seconds (JAX_LOG_COMPILES), BLEU
 The steps of the train part are compiled in threads, so compile time overlaps.
 `--size tiny` (the default on a CPU) shrinks every model, batch and the demo, so that the
-whole script runs in a minute there (tests/test_benchmarks.py); figures at that size say
+whole script runs in a minute there (tests/test_accelerator_benchmark.py); figures at that size say
 nothing about speed.
 """
 from __future__ import annotations
@@ -36,24 +36,21 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+import common  # benchmarks/common.py: the repository on sys.path
+
+common.start(__name__)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments import wmt_ende_base, wmt_ende_big  # noqa: E402
 from t2t_jax.decoding import decode, translator  # noqa: E402
 from t2t_jax.model.transformer import ModelConfig, Transformer, train_step_flops  # noqa: E402
 from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
-from t2t_jax.platform import xla  # noqa: E402
 from t2t_jax.training import optim, train_step  # noqa: E402
 
-xla.configure_cpu()
-
-CONFIGS = {'base': wmt_ende_base, 'big': wmt_ende_big}
+ROOT = common.ROOT
+emit, random_ids = common.emit, common.random_ids
 PARTS = ('matmul', 'train', 'peer', 'decode', 'compile', 'demo')
 # What each size runs. 'tiny' keeps every code path at sizes a CPU runs in seconds.
 SIZES = {
@@ -71,32 +68,19 @@ SIZES = {
 }
 
 
-def emit(line: dict, out: str | None) -> dict:
-  print(json.dumps(line), flush=True)
-  if out:
-    with open(out, 'a') as f:
-      f.write(json.dumps(line) + '\n')
-  return line
-
-
 # config.model.kernels for every model here (--kernels): 'auto', or 'xla' / 'cpu' to compare
 # the hardware forms (t2t_jax/model/kernels.py) on one machine.
 KERNELS = {'choice': 'auto'}
 
 
 def model_config(name: str, size: dict, dtype: str, **changes) -> ModelConfig:
-  config = CONFIGS[name].get_config()
+  config = common.get_config(name)
   config.model.kernels = KERNELS['choice']
   for key, value in size['model'].items():
     config.model[key] = value
   config.vocab_size = size.get('vocab_size', config.vocab_size)
   config.model.dtype = dtype
   return ModelConfig.from_config(config).replace(**changes)
-
-
-def random_ids(rows: int, length: int, vocab_size: int, seed: int = 0) -> np.ndarray:
-  """[rows, length] ids in [3, vocab): real tokens, no padding, no EOS."""
-  return np.random.default_rng(seed).integers(3, vocab_size, (rows, length), dtype=np.int32)
 
 
 def timed(fn, repeats: int) -> float:
@@ -126,7 +110,7 @@ def bench_matmul(size: dict) -> list[dict]:
 def prepare_train(name: str, size: dict, dtype: str):
   """(fields, lowered step, state, batch) of config `name`'s train step in `dtype`."""
   c = model_config(name, size, dtype)
-  config = CONFIGS[name].get_config()
+  config = common.get_config(name)
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
   tx = optim.make_optimizer(config)
   state = train_step.create_train_state(Transformer(c), tx, 0, mesh)
@@ -193,9 +177,8 @@ def bench_train(size: dict, peak: float, out: str | None, configs: list[str],
 
 def bench_peer(size: dict, peak: float, out: str | None) -> list[dict]:
   """flax's examples/wmt train step on the base shape, bf16, timed as ours."""
-  sys.path.insert(0, os.path.join(ROOT, 'benchmarks', 'peers'))
-  import flax_wmt  # noqa: PLC0415 -- the peer, only when asked
-  import train_step as ours  # noqa: PLC0415 -- benchmarks/train_step.py: its timing
+  flax_wmt = common.import_peer('flax_wmt')  # the peer, only when asked
+  ours = flax_wmt.ours  # benchmarks/train_step.py: its timing
   c = model_config('base', size, 'bfloat16')
   shape = dict(vocab_size=c.vocab_size, emb_dim=c.d_model, num_heads=c.num_heads,
                mlp_dim=c.d_ff, num_layers=c.num_layers, rows=size['rows'], length=size['length'])
@@ -231,8 +214,7 @@ def bench_decode(size: dict, out: str | None, dtypes: list[str]) -> list[dict]:
     def search(params, src, alpha, c=c):
       return decode.beam_search(params, src, config=c, beam_size=4, alpha=alpha,
                                 extra_length=size['extra_length'])
-    src = random_ids(rows, size['source_length'], c.vocab_size, 3)
-    src[:, -1] = decode.EOS_ID
+    src = common.random_sources(rows, size['source_length'], c.vocab_size, 3)
     src = mesh_lib.shard_batch({'src': src}, mesh)['src']
     t0 = time.perf_counter()
     compiled = translator.shard_rows(search, mesh).lower(params, src, alpha).compile()
@@ -335,7 +317,7 @@ def main() -> None:
   parser.add_argument('--size', default='auto', choices=('auto', 'full', 'tiny'),
                       help="auto: 'tiny' on a CPU, else 'full'")
   parser.add_argument('--parts', default=','.join(PARTS))
-  parser.add_argument('--configs', default='base,big', help='train: of ' + ','.join(CONFIGS))
+  parser.add_argument('--configs', default='base,big', help='train: of ' + ','.join(common.CONFIGS))
   parser.add_argument('--dtypes', default='bfloat16,float32', help='train and decode')
   parser.add_argument('--sentences', default='', help='decode: sentence counts (64,512)')
   parser.add_argument('--kernels', default='auto', choices=('auto', 'xla', 'cpu'),

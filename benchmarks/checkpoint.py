@@ -10,30 +10,20 @@ of the latest checkpoint, as a resumed run does.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-if __name__ == '__main__':
-  from t2t_jax.platform import hugepages
-  hugepages.reexec()  # before JAX is imported: glibc's huge pages for XLA's buffers
+import common  # benchmarks/common.py: the repository on sys.path
+
+common.start(__name__)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments import demo, wmt_ende_base, wmt_ende_big  # noqa: E402
 from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
 from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
-from t2t_jax.platform import xla  # noqa: E402
 from t2t_jax.training import checkpoints, optim, train_step  # noqa: E402
-
-xla.configure_cpu()
-
-CONFIGS = {'base': wmt_ende_base, 'big': wmt_ende_big, 'demo': demo}
 
 
 def directory_bytes(path: str) -> int:
@@ -43,9 +33,9 @@ def directory_bytes(path: str) -> int:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--config', default='base', choices=sorted(CONFIGS))
+  parser.add_argument('--config', default='base', choices=sorted(common.CONFIGS))
   args = parser.parse_args()
-  config = CONFIGS[args.config].get_config()
+  config = common.get_config(args.config)
   model_config = ModelConfig.from_config(config)
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
   tx = optim.make_optimizer(config)
@@ -73,10 +63,10 @@ def main() -> None:
     restore = time.perf_counter() - t0
     loader.close()
   params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
-  print(json.dumps({'benchmark': 'checkpoint', 'config': args.config, 'params': int(params),
-                    'save_seconds': round(save, 2), 'save_blocking_seconds': round(blocking, 2),
-                    'restore_seconds': round(restore, 2), 'size_mb': round(size / 2**20, 1),
-                    'bytes_per_param': round(size / params, 2)}))
+  common.emit({'benchmark': 'checkpoint', 'config': args.config, 'params': int(params),
+               'save_seconds': round(save, 2), 'save_blocking_seconds': round(blocking, 2),
+               'restore_seconds': round(restore, 2), 'size_mb': round(size / 2**20, 1),
+               'bytes_per_param': round(size / params, 2)})
 
 
 if __name__ == '__main__':

@@ -43,17 +43,13 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+import common  # benchmarks/common.py: the repository on sys.path
+
+common.start(__name__)
 
 import numpy as np  # noqa: E402
-import wmt_sample  # noqa: E402  (benchmarks/wmt_sample.py)
 
-from experiments import demo, wmt_ende_base, wmt_ende_big  # noqa: E402
 from t2t_jax.data import pipeline  # noqa: E402
-
-CONFIGS = {'base': wmt_ende_base, 'big': wmt_ende_big, 'demo': demo}
-
 
 SWEEP = [(band, growth) for band in (0, 1, 2, 3) for growth in (1.1, 1.25)]
 
@@ -61,7 +57,7 @@ SWEEP = [(band, growth) for band in (0, 1, 2, 3) for growth in (1.1, 1.25)]
 def corpus_files(corpus: str) -> tuple[str, str, str, str]:
   """(train prefix, dev prefix, source language, target language) of a corpus."""
   if corpus == 'wmt':
-    return wmt_sample.prefix('train'), wmt_sample.prefix('newstest2013'), 'en', 'de'
+    return common.wmt_sample('train'), common.wmt_sample('newstest2013'), 'en', 'de'
   folder = os.environ.get('T2T_DEBIAN_MSGS', '')
   if not os.path.isfile(os.path.join(folder, 'train.en')):
     sys.exit(f'{sys.argv[0]}: T2T_DEBIAN_MSGS={folder!r}: set it to the folder of the EN-FR '
@@ -71,7 +67,7 @@ def corpus_files(corpus: str) -> tuple[str, str, str, str]:
 
 
 def make_config(args: argparse.Namespace):
-  config = CONFIGS[args.config].get_config()
+  config = common.get_config(args.config)
   config.dataset = 'files'
   train, dev, config.source_lang, config.target_lang = corpus_files(args.corpus)
   config.train_files, config.dev_files = train, dev
@@ -99,15 +95,14 @@ def epoch_shapes(config, workdir: str) -> tuple[list[tuple[int, ...]], dict]:
 
 def compile_child(config_name: str, shapes: list[list[int]], cache: str) -> dict:
   """In a fresh process: compile the train step for each shape; seconds each."""
-  import jax  # noqa: E402 (after the parent chose the platform)
+  import jax  # noqa: PLC0415 -- in the child only
 
-  from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
-  from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
-  from t2t_jax.platform import xla  # noqa: E402
-  from t2t_jax.training import optim, train_step  # noqa: E402
-  xla.configure_cpu()
+  from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: PLC0415
+  from t2t_jax.platform import mesh as mesh_lib  # noqa: PLC0415
+  from t2t_jax.platform import xla  # noqa: PLC0415
+  from t2t_jax.training import optim, train_step  # noqa: PLC0415
   xla.enable_compilation_cache(cache)
-  config = CONFIGS[config_name].get_config()
+  config = common.get_config(config_name)
   config.vocab_size = 8000
   model_config = ModelConfig.from_config(config)
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
@@ -134,13 +129,11 @@ def run_child(config_name: str, shapes: list, cache: str) -> dict:
 
 def waits_child(config_name: str, corpus: str, steps: int, threads: int, workdir: str) -> None:
   """In a fresh process: train `steps` steps with compile-ahead on `threads` threads (0: off)."""
-  from absl import logging  # noqa: E402
+  from absl import logging  # noqa: PLC0415 -- in the child only
 
-  from t2t_jax import trainer  # noqa: E402
-  from t2t_jax.platform import xla  # noqa: E402
-  from t2t_jax.training import ahead  # noqa: E402
+  from t2t_jax import trainer  # noqa: PLC0415
+  from t2t_jax.training import ahead  # noqa: PLC0415
   logging.set_verbosity(logging.INFO)  # the log's last lines give the waits
-  xla.configure_cpu()
   config = make_config(argparse.Namespace(config=config_name, corpus=corpus, band=2,
                                           growth=1.1))
   config.num_train_steps, config.compile_ahead = steps, threads > 0
@@ -152,7 +145,7 @@ def waits_child(config_name: str, corpus: str, steps: int, threads: int, workdir
 
 def waits(args: argparse.Namespace) -> None:
   """Stepping's compile waits with compile-ahead off and on, in fresh processes."""
-  from t2t_jax.training import ahead  # noqa: E402
+  from t2t_jax.training import ahead  # noqa: PLC0415
   threads = args.threads if args.threads >= 0 else ahead.default_threads()
   with tempfile.TemporaryDirectory() as tmp:
     # One vocabulary and id cache for both runs, made here, untimed.
@@ -167,11 +160,11 @@ def waits(args: argparse.Namespace) -> None:
       seconds = time.perf_counter() - start
       found = re.search(r'Stepping waited ([\d.]+) s for compilations \((\d+) times\)',
                         out.stderr)
-      print(json.dumps({'benchmark': 'compilation', 'what': 'waits', 'config': args.config,
-                        'corpus': args.corpus, 'steps': args.steps,
-                        'compile_ahead_threads': run_threads,
-                        'stepping_waited_s': float(found[1]), 'waits': int(found[2]),
-                        'process_seconds': round(seconds, 1)}), flush=True)
+      common.emit({'benchmark': 'compilation', 'what': 'waits', 'config': args.config,
+                   'corpus': args.corpus, 'steps': args.steps,
+                   'compile_ahead_threads': run_threads,
+                   'stepping_waited_s': float(found[1]), 'waits': int(found[2]),
+                   'process_seconds': round(seconds, 1)})
 
 
 def sweep(args: argparse.Namespace) -> None:
@@ -185,12 +178,12 @@ def sweep(args: argparse.Namespace) -> None:
               **{k: round(v, 4) for k, v in stats.items()}}
       if args.shapes_per_minute:
         line['compile_ahead_minutes'] = round(stats['train_shapes'] / args.shapes_per_minute, 1)
-      print(json.dumps(line), flush=True)
+      common.emit(line)
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--config', default='base', choices=sorted(CONFIGS))
+  parser.add_argument('--config', default='base', choices=sorted(common.CONFIGS))
   parser.add_argument('--shapes', type=int, default=3)
   parser.add_argument('--band', type=int, default=2)
   parser.add_argument('--growth', type=float, default=1.1)
@@ -215,20 +208,19 @@ def main() -> None:
   config = make_config(args)
   with tempfile.TemporaryDirectory() as tmp:
     shapes, stats = epoch_shapes(config, os.path.join(tmp, 'workdir'))
-    print(json.dumps({'benchmark': 'compilation', 'what': 'shapes', 'config': args.config,
-                      'bucket_band': args.band, 'bucket_growth': args.growth,
-                      **{k: round(v, 4) for k, v in stats.items()}}), flush=True)
+    common.emit({'benchmark': 'compilation', 'what': 'shapes', 'config': args.config,
+                 'bucket_band': args.band, 'bucket_growth': args.growth,
+                 **{k: round(v, 4) for k, v in stats.items()}})
     chosen = shapes[:args.shapes]
     # warm: the same shapes again, from the cache the cold run wrote
     for kind in ('cold', 'warm') if chosen else ():
       result = run_child(args.config, chosen, os.path.join(tmp, 'cache'))
       mean = float(np.mean(result['seconds']))
-      print(json.dumps({'benchmark': 'compilation', 'what': 'compile', 'cache': kind,
-                        'config': args.config, 'backend': result['backend'],
-                        'dtype': result['dtype'], 'shapes': chosen,
-                        'seconds': [round(s, 2) for s in result['seconds']],
-                        'epoch_estimate_seconds': round(mean * stats['train_shapes'], 1)}),
-            flush=True)
+      common.emit({'benchmark': 'compilation', 'what': 'compile', 'cache': kind,
+                   'config': args.config, 'backend': result['backend'],
+                   'dtype': result['dtype'], 'shapes': chosen,
+                   'seconds': [round(s, 2) for s in result['seconds']],
+                   'epoch_estimate_seconds': round(mean * stats['train_shapes'], 1)})
 
 
 if __name__ == '__main__':

@@ -6,7 +6,7 @@
 `encode` repeats the 10k-pair WMT sample ($T2T_WMT_SAMPLE) up to --pairs,
 trains a --vocab_size BPE vocabulary on the sample, then encodes the training split three
 ways, each in a fresh process, and prints one JSON line per way:
-  int_lists        the code before 2026-11-23: Python int lists, all ids in memory, np.save
+  int_lists        the first encoder's way: Python int lists, all ids in memory, np.save
   numpy_in_memory  sentencepiece's numpy output, all ids in memory, np.save
   streamed         what id_cache.py does: numpy output, each chunk appended to the cache files
 with seconds, peak RSS over the process's RSS before encoding, ids per pair and cache bytes
@@ -31,18 +31,14 @@ import tempfile
 import time
 from typing import Any
 
-import numpy as np
+import common  # benchmarks/common.py: the repository on sys.path
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+# 4 KiB pages: the peaks below are of this process's own RSS, which huge pages would round up.
+common.start(__name__, huge_pages=False)
 
-import wmt_sample  # noqa: E402  (benchmarks/wmt_sample.py)
+import numpy as np  # noqa: E402
 
-from experiments import wmt_ende_base  # noqa: E402
 from t2t_jax.data import batching, id_cache, sources, tokenizer  # noqa: E402
-from t2t_jax.platform import xla  # noqa: E402
-
-xla.configure_cpu()
 
 VARIANTS = ('int_lists', 'numpy_in_memory', 'streamed')
 MB = 1 << 20
@@ -63,7 +59,7 @@ def reset_peak() -> float:
 
 
 def make_config(prefix: str, vocab_size: int) -> Any:
-  config = wmt_ende_base.get_config()
+  config = common.get_config('base')
   config.dataset, config.train_files = 'files', prefix
   config.vocab_size = vocab_size
   return config
@@ -73,7 +69,7 @@ def make_config(prefix: str, vocab_size: int) -> Any:
 
 
 def encode_int_lists(source: Any, tok: tokenizer.Tokenizer) -> id_cache.Encoded:
-  """Encoding as it was before 2026-11-23 (lists of Python ints, all in memory)."""
+  """Encoding as it was first written (lists of Python ints, all in memory)."""
   dtype = np.uint16
   flat, lengths = ([], []), ([], [])
   for chunk in source.read():
@@ -88,7 +84,7 @@ def encode_int_lists(source: Any, tok: tokenizer.Tokenizer) -> id_cache.Encoded:
 
 
 def save_in_memory(encoded: id_cache.Encoded, folder: str) -> None:
-  """The cache files as np.save wrote them before 2026-11-23."""
+  """The cache files as the first encoder wrote them: whole arrays, np.save."""
   os.makedirs(folder)
   for name, array in zip(id_cache._CACHE_FILES, encoded.ids + encoded.offsets, strict=True):
     np.save(os.path.join(folder, f'{name}.npy'), array)
@@ -127,13 +123,13 @@ def prepare_encode(pairs: int, vocab_size: int, tmp: str) -> tuple[str, str]:
   """The sample repeated up to `pairs` lines, and a workdir with its vocabulary."""
   prefix = os.path.join(tmp, 'train')
   for lang in ('en', 'de'):
-    with open(f"{wmt_sample.prefix('train')}.{lang}", 'rb') as f:
+    with open(f"{common.wmt_sample('train')}.{lang}", 'rb') as f:
       lines = f.read().splitlines(keepends=True)
     with open(f'{prefix}.{lang}', 'wb') as f:
       for i in range(0, pairs, len(lines)):
         f.writelines(lines[:pairs - i])
   workdir = os.path.join(tmp, 'workdir')
-  sample = wmt_sample.prefix('train')
+  sample = common.wmt_sample('train')
   config = make_config(sample, vocab_size)
   source = sources._files_source('train', sample, config)
   tokenizer.load_or_train(config, workdir, lambda: sources.both_sides(source))
@@ -145,7 +141,7 @@ def prepare_encode(pairs: int, vocab_size: int, tmp: str) -> tuple[str, str]:
 
 def sample_lengths(vocab_size: int, tmp: str) -> np.ndarray:
   """[pairs, 2] (source, target) lengths with EOS of the sample, in its vocabulary."""
-  sample = wmt_sample.prefix('train')
+  sample = common.wmt_sample('train')
   config = make_config(sample, vocab_size)
   source = sources._files_source('train', sample, config)
   tok = tokenizer.load_or_train(config, tmp, lambda: sources.both_sides(source))
@@ -177,7 +173,7 @@ def iterator_child(pairs: int, vocab_size: int, tmp: str) -> dict[str, Any]:
   del lengths
   for offsets in encoded.offsets:  # their pages, as a run's first look at them would
     np.asarray(offsets).sum()
-  config = wmt_ende_base.get_config()  # max_length 256, 25000 tokens a batch
+  config = common.get_config('base')  # max_length 256, 25000 tokens a batch
   before = reset_peak()
   start = time.perf_counter()
   kept = batching.length_filter(encoded, config.max_length, 'train')

@@ -6,7 +6,7 @@
 The base config with random weights decodes `sentences` × 32-token inputs with beam 4,
 α = 0.6. Random weights never reliably emit EOS, so early stopping is off and every
 sentence runs to its limit, input + 50 = 82 steps; tokens/s counts those 82 positions a
-sentence (the peers' benchmark shape: ~3.4 sentences/s, PyTorch with a growing cache).
+sentence (the peers' benchmark shape).
 
 The uncached reference re-runs the decoder over the whole current segment of positions
 each step (16, 32, 64 or 82: static shapes, see decode.segment_lengths; a mean of 52.3
@@ -25,35 +25,22 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-if __name__ == '__main__':
-  from t2t_jax.platform import hugepages
-  hugepages.reexec()  # before JAX is imported: glibc's huge pages for XLA's buffers
+import common  # benchmarks/common.py: the repository on sys.path
+
+# XLA's CPU flags in main, after --devices: xla.configure_cpu(decoding=True).
+common.start(__name__, xla_flags=False)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
-from experiments import demo, wmt_ende_base  # noqa: E402
 from t2t_jax.decoding import decode, translator  # noqa: E402
 from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
 from t2t_jax.platform import xla  # noqa: E402
 from t2t_jax.platform.mesh import make_mesh, replicated, shard_batch  # noqa: E402
-
-CONFIGS = {'base': wmt_ende_base, 'demo': demo}
-
-
-def random_sources(rows: int, length: int, vocab_size: int, seed: int = 0) -> np.ndarray:
-  """[rows, length] word ids ending in EOS, no padding: every sentence has the full limit."""
-  src = np.random.default_rng(seed).integers(3, vocab_size, (rows, length), dtype=np.int32)
-  src[:, -1] = decode.EOS_ID
-  return src
 
 
 def sharded_search(model_config: ModelConfig, args: argparse.Namespace, mesh: Mesh, *,
@@ -105,7 +92,7 @@ def time_decode(params, src: np.ndarray, args: argparse.Namespace, model_config,
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--config', default='base', choices=sorted(CONFIGS))
+  parser.add_argument('--config', default='base', choices=sorted(common.CONFIGS))
   parser.add_argument('--sentences', type=int, default=64)
   parser.add_argument('--length', type=int, default=32)
   parser.add_argument('--beam', type=int, default=4)
@@ -120,27 +107,26 @@ def main() -> None:
     os.environ['XLA_FLAGS'] = (f"{os.environ.get('XLA_FLAGS', '')} "
                                f'{xla.DEVICE_COUNT_FLAG}={args.devices}')
   xla.configure_cpu(decoding=True)  # before anything starts JAX's CPU backend
-  model_config = ModelConfig.from_config(CONFIGS[args.config].get_config()).replace(
+  model_config = ModelConfig.from_config(common.get_config(args.config)).replace(
       deterministic=True)
   dummy = np.ones((1, 2), np.int32)
   params = jax.jit(lambda rng: Transformer(model_config).init(rng, dummy, dummy)['params'])(
       jax.random.PRNGKey(0))
-  src = random_sources(args.sentences, args.length, model_config.vocab_size)
-  common = {'backend': jax.default_backend(), 'cpu_count': os.cpu_count(),
+  # Word ids ending in EOS, no padding: every sentence has the full limit.
+  src = common.random_sources(args.sentences, args.length, model_config.vocab_size)
+  fields = {'backend': jax.default_backend(), 'cpu_count': os.cpu_count(),
             'glibc_tunables': os.environ.get('GLIBC_TUNABLES', '')}  # huge pages or not
   ours = time_decode(params, src, args, model_config, use_cache=True)
-  print(json.dumps(ours | common), flush=True)
+  common.emit(ours | fields)
   if args.peer:
-    sys.path.insert(0, os.path.join(ROOT, 'benchmarks', 'peers'))
-    import torch_decode  # noqa: PLC0415 -- the peer, and torch, only when asked
+    torch_decode = common.import_peer('torch_decode')  # the peer, and torch, only when asked
     peer = torch_decode.bench(torch_decode.parse_args([
         f'--config={args.config}', f'--sentences={args.sentences}', f'--length={args.length}',
         f'--beam={args.beam}', f'--extra-length={args.extra_length}',
         f'--repeats={args.repeats}']))
-    print(json.dumps(peer), flush=True)
-    print(json.dumps({'benchmark': 'decode_ratio', 'config': args.config,
-                      't2t_jax_over_pytorch': round(peer['seconds'] / ours['seconds'], 3)}),
-          flush=True)
+    common.emit(peer)
+    common.emit({'benchmark': 'decode_ratio', 'config': args.config,
+                 't2t_jax_over_pytorch': round(peer['seconds'] / ours['seconds'], 3)})
   if args.uncached_sentences:
     devices = jax.device_count()  # rows: a multiple of the devices
     small = src[:-(-args.uncached_sentences // devices) * devices]
@@ -152,7 +138,7 @@ def main() -> None:
     uncached['mean_positions_recomputed_per_step'] = round(float(np.mean(recomputed)), 1)
     uncached['cache_speedup'] = round(uncached['seconds'] / cached['seconds'], 2)
     for result in (cached, uncached):
-      print(json.dumps(result | common), flush=True)
+      common.emit(result | fields)
 
 
 if __name__ == '__main__':

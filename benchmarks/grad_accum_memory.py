@@ -13,35 +13,25 @@ Runs on any backend; the state is abstract (jax.eval_shape), so nothing is alloc
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-if __name__ == '__main__':
-  from t2t_jax.platform import hugepages
-  hugepages.reexec()  # before JAX is imported: glibc's huge pages for XLA's buffers
+import common  # benchmarks/common.py: the repository on sys.path
+
+common.start(__name__)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments import demo, wmt_ende_base, wmt_ende_big  # noqa: E402
 from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
 from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
-from t2t_jax.platform import xla  # noqa: E402
 from t2t_jax.training import optim, train_step  # noqa: E402
 
-xla.configure_cpu()
-
-CONFIGS = {'base': wmt_ende_base, 'big': wmt_ende_big, 'demo': demo}
 MIB = 2 ** 20
 
 
 def step_memory(config_name: str, rows: int, length: int, k: int, dtype: str = 'auto') -> dict:
   """memory_analysis() of the compiled train step for a [rows, length] + [rows, length] batch."""
-  config = CONFIGS[config_name].get_config()
+  config = common.get_config(config_name)
   config.model.dtype = dtype
   model_config = ModelConfig.from_config(config)
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
@@ -64,7 +54,7 @@ def step_memory(config_name: str, rows: int, length: int, k: int, dtype: str = '
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--config', default='base', choices=sorted(CONFIGS))
+  parser.add_argument('--config', default='base', choices=sorted(common.CONFIGS))
   parser.add_argument('--rows', type=int, default=392)
   parser.add_argument('--length', type=int, default=64)
   parser.add_argument('--k', default='1,2,4', help='grad_accum_steps values, comma-separated')
@@ -72,8 +62,7 @@ def main() -> None:
                       "'auto' (float32 on a CPU), 'bfloat16' (the Colab config's)")
   args = parser.parse_args()
   for k in (int(x) for x in args.k.split(',')):
-    print(json.dumps(step_memory(args.config, args.rows, args.length, k, args.dtype)),
-          flush=True)
+    common.emit(step_memory(args.config, args.rows, args.length, k, args.dtype))
 
 
 if __name__ == '__main__':

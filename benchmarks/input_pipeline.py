@@ -6,31 +6,24 @@ Builds the pipeline in a temporary workdir (SentencePiece training and encoding
 are timed separately, as is a restart that reuses both), then draws whole
 epochs of ~25000-token batches. The last line printed is one JSON object:
 batches_per_s, tokens_per_s (real source + target tokens drawn per second) and
-padding_efficiency (real tokens / padded slots). The base model's train step
-consumes ~560 tokens/s on a 2-core CPU; the pipeline should be far faster.
+padding_efficiency (real tokens / padded slots): the pipeline should feed the train step
+(benchmarks/train_step.py's tokens_per_s) many times over.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 
-import numpy as np
+import common  # benchmarks/common.py: the repository on sys.path
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+common.start(__name__)
 
-import wmt_sample  # noqa: E402  (benchmarks/wmt_sample.py)
+import numpy as np  # noqa: E402
 
-from experiments import wmt_ende_base  # noqa: E402
 from t2t_jax.data import batching, pipeline, tokenizer  # noqa: E402
-from t2t_jax.platform import xla  # noqa: E402
-
-xla.configure_cpu()
 
 
 def parse_args() -> argparse.Namespace:
@@ -49,9 +42,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def make_config(args: argparse.Namespace):
-  config = wmt_ende_base.get_config()
+  config = common.get_config('base')
   config.dataset = 'files'
-  config.train_files = os.path.normpath(args.data or wmt_sample.prefix('train'))
+  config.train_files = os.path.normpath(args.data or common.wmt_sample('train'))
   config.dev_files = config.test_files = ''
   config.vocab_size = args.vocab_size
   config.tokens_per_batch = args.tokens_per_batch
@@ -106,8 +99,7 @@ def main() -> None:
       'bucket_band': config.bucket_band, 'bucket_growth': config.bucket_growth,
       'vocab_size': config.vocab_size, 'setup_vocab_s': vocab_s,
       'setup_encode_s': encode_s, 'restart_setup_s': restart_s})
-  print(json.dumps({k: round(v, 4) if isinstance(v, float) else v
-                    for k, v in result.items()}))
+  common.emit({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()})
 
 
 if __name__ == '__main__':

@@ -15,32 +15,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-if __name__ == '__main__':
-  from t2t_jax.platform import hugepages
-  hugepages.reexec()  # before JAX is imported: glibc's huge pages for XLA's buffers
+import common  # benchmarks/common.py: the repository on sys.path
+
+common.start(__name__)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments import demo, wmt_ende_base  # noqa: E402
 from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
 from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
-from t2t_jax.platform import xla  # noqa: E402
 from t2t_jax.training import optim, train_step  # noqa: E402
 
-xla.configure_cpu()
-
-SHAPES = {'base': (wmt_ende_base, 32, 64), 'demo': (demo, 64, 16)}  # config, rows, length
+# The peers' benchmark shapes: rows × length source tokens and as many target tokens a step.
+SHAPES = {'base': (32, 64), 'demo': (64, 16)}
 
 
 def random_batch(rows: int, length: int, vocab_size: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -64,8 +57,8 @@ class Runner:
 
 def prepare(name: str) -> Runner:
   """Our train step for config `name`, compiled and warmed up by one step."""
-  module, rows, length = SHAPES[name]
-  config = module.get_config()
+  rows, length = SHAPES[name]
+  config = common.get_config(name)
   model_config = ModelConfig.from_config(config)
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
   tx = optim.make_optimizer(config)
@@ -146,23 +139,22 @@ def main() -> None:
   for name in args.configs.split(','):
     runners = [prepare(name)]
     if args.peer:
-      sys.path.insert(0, os.path.join(ROOT, 'benchmarks', 'peers'))
-      import flax_wmt  # noqa: PLC0415 -- the peer, only when asked
+      flax_wmt = common.import_peer('flax_wmt')  # the peer, only when asked
       runners.append(flax_wmt.prepare(name))
     lines = bench(runners, args.steps, args.rounds)
     lines[0]['matmul_fraction'] = round(lines[0]['gflop_per_s'] / matmul['gflop_per_s'], 3)
     for line in lines:
-      print(json.dumps(line), flush=True)
+      common.emit(line)
     if args.peer:
       ours, peer = lines
       ratios = [p / o for p, o in zip(peer['round_step_seconds'], ours['round_step_seconds'],
                                       strict=True)]
-      print(json.dumps({'benchmark': 'train_step_ratio', 'config': name,
-                        't2t_jax_over_flax_examples_wmt': round(
-                            peer['step_seconds'] / ours['step_seconds'], 3),
-                        'round_ratios': [round(r, 3) for r in ratios]}), flush=True)
+      common.emit({'benchmark': 'train_step_ratio', 'config': name,
+                   't2t_jax_over_flax_examples_wmt': round(
+                       peer['step_seconds'] / ours['step_seconds'], 3),
+                   'round_ratios': [round(r, 3) for r in ratios]})
     del runners, lines  # one config's states at a time
-  print(json.dumps(matmul), flush=True)
+  common.emit(matmul)
 
 
 if __name__ == '__main__':

@@ -122,6 +122,7 @@ def test_precompiled_steps_compile_nothing_when_called():
   np.testing.assert_array_equal(ours_metrics['loss'], reference_metrics['loss'])
 
 
+@pytest.mark.slow
 def test_precompiled_searches_compile_nothing_and_decode_the_same():
   """Dev BLEU's beam search compiled ahead for translate_ids's batch shapes: decoding then
   compiles nothing and gives jax.jit's ids and scores."""
@@ -153,6 +154,7 @@ def test_precompiled_searches_compile_nothing_and_decode_the_same():
       np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_a_run_compiles_its_steps_ahead_and_trains_the_same(tmp_path, monkeypatch):
   """With config.compile_ahead, the train and eval steps are compiled on the background
   threads (a shape the loop needs before its turn is compiled on the loop's thread), and
@@ -174,6 +176,7 @@ def test_a_run_compiles_its_steps_ahead_and_trains_the_same(tmp_path, monkeypatc
   assert strip(ahead_metrics) == strip(met_metrics)
 
 
+@pytest.mark.slow
 def test_dev_bleus_search_is_built_once_and_compiled_ahead(tmp_path, monkeypatch):
   """Dev BLEU's beam search, at two evaluations: compiled once for each shape of the dev
   set's decoding batches, not again at the second evaluation. (Which thread compiles each

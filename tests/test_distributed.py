@@ -103,6 +103,7 @@ def two(tmp_path_factory):
   return workdir
 
 
+@pytest.mark.slow
 def test_two_processes_train_as_one_process_of_eight_devices(one, two):
   assert sorted(losses(two)) == list(range(1, STEPS + 1))  # written once, by process 0
   np.testing.assert_allclose([losses(two)[s] for s in range(1, STEPS + 1)],
@@ -111,6 +112,7 @@ def test_two_processes_train_as_one_process_of_eight_devices(one, two):
   assert_close(params(two, STEPS), params(one, STEPS))
 
 
+@pytest.mark.slow
 def test_checkpoints_move_between_topologies_and_killed_runs_resume(one, tmp_path):
   # Two processes, both killed once checkpoint 4 exists; one process of 8 devices resumes.
   killed = str(tmp_path / 'killed')
@@ -135,6 +137,7 @@ def test_checkpoints_move_between_topologies_and_killed_runs_resume(one, tmp_pat
   assert_close(params(moved, STEPS), params(one, STEPS))
 
 
+@pytest.mark.slow
 def test_eval_and_translate_on_two_processes_write_once(one, tmp_path):
   both = {}
   for name, processes in (('single', 1), ('multi', 2)):
@@ -171,6 +174,7 @@ def test_a_signal_on_one_host_stops_every_host_at_the_same_step(tmp_path):
   assert checkpoints.checkpoint_steps(workdir)[-1] == step
 
 
+@pytest.mark.slow
 def test_a_dead_process_stops_the_others_and_the_run_resumes(tmp_path):
   workdir = str(tmp_path / 'run')
   procs = start(workdir, '--config.num_train_steps=100000', '--distributed_timeout=5')

@@ -43,6 +43,7 @@ def studied(tmp_path_factory):
   return workdir, results
 
 
+@pytest.mark.slow
 def test_both_rows_tabulated_beside_the_paper(studied):
   workdir, results = studied
   with open(os.path.join(workdir, 'table3.json'), encoding='utf-8') as f:

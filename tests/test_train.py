@@ -187,6 +187,7 @@ def tiny_files_config(tmp_path):
   return config, ['--config=experiments/wmt_ende_base.py', *flags]
 
 
+@pytest.mark.slow
 def test_one_device_eight_devices_and_accumulation_train_alike(tmp_path):
   """Through the command line, dataset=files, dropout off: 1 device, 8 devices, and 8
   devices with grad_accum_steps=2 see the same batches (padding rows aside) and log the
@@ -324,6 +325,7 @@ def test_auto_dtype_and_bfloat16_keeps_float32_state():
   np.testing.assert_allclose(metrics_16['loss'], metrics_32['loss'], rtol=2e-2)
 
 
+@pytest.mark.slow
 def test_compilation_cache_serves_a_second_run(tmp_path):
   """The first run writes its compiled steps to config.compilation_cache_dir; a second one
   (a restart, or another run of the same shapes) loads them all and compiles nothing new."""

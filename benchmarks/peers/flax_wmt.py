@@ -3,13 +3,16 @@
   python benchmarks/peers/flax_wmt.py [--configs base,demo] [--steps 5]
 
 What it reproduces. google/flax `examples/wmt` (Apache License 2.0, Copyright The Flax
-Authors): the model of `models.py` (read at commit 047b288cfc04) and the training step,
-loss, optimizer and learning-rate schedule of `trainer.py` (commit f2281cc742ae; the
-defaults of `configs/default.py`, commit 4efd541ded8e). This file re-implements them
-standalone, with the same flax.linen building blocks and the same computation, as a peer
-to time benchmarks/train_step.py against on the same shapes, under the same XLA flags
-(`xla.configure_cpu()`), with benchmarks/train_step.py's random batch and timing; nothing
-of t2t_jax's model, loss or optimizer is used:
+Authors): the model of `models.py` and the training step, loss, optimizer and learning-rate
+schedule of `trainer.py`, with the defaults of `configs/default.py`. This file re-implements
+them standalone from reading them, with the same flax.linen building blocks, as a peer to
+time benchmarks/train_step.py against on the same shapes (the configs' model sizes,
+benchmarks/common.py), under the same XLA flags (`xla.configure_cpu()`), with
+benchmarks/train_step.py's random batch and timing; nothing of t2t_jax's model, loss or
+optimizer is used. Flax's example is not at hand to compare with: tests/test_benchmarks.py
+runs this step at a tiny size and checks its parameter count against t2t_jax's (below),
+its metrics against t2t_jax's losses on the same logits, its smoothed loss and learning-rate
+schedule against their formulas, and its JSON line. What it re-implements:
 
   * model: shared `nn.Embed` (init N(0, 1)) for source, target and output; the output
     logits are `embed.attend(y) / sqrt(emb_dim)`; a fixed sinusoidal table of max_len
@@ -58,43 +61,44 @@ Parameter count: the same as t2t_jax's except the two final LayerNorms (4 · d_m
 
 Output: one JSON line per config, as benchmarks/train_step.py prints (same batch: random
 ids in [3, vocab), no padding; same timing: compile once, one warm-up step, the median of
---steps), with "peer": "flax_examples_wmt". `bench(config_name, steps)` returns that dict
-for another script to print.
+--steps), with "peer": "flax_examples_wmt". `prepare(config_name)` returns the compiled,
+warmed-up step as a benchmarks/train_step.py Runner, for another script to time beside ours
+(train_step.py --peer, accelerator.py).
 """
 import argparse
 import functools
-import json
 import os
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))  # ours: its batch and timing
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+import common  # noqa: E402  (benchmarks/common.py: the repository on sys.path)
+
+common.start(__name__)
 
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-import train_step as ours  # noqa: E402  (benchmarks/train_step.py)
+import train_step as ours  # noqa: E402  (benchmarks/train_step.py: its batch and timing)
 from flax import struct  # noqa: E402
 from flax.training import common_utils, train_state  # noqa: E402
 
-from t2t_jax.platform import xla  # noqa: E402
 
-xla.configure_cpu()
+def shape_of(config_name: str) -> dict:
+  """This project's shape for config `config_name` in the example's names: the model of
+  common.CONFIGS and benchmarks/train_step.py's batch, rows × length source tokens and as
+  many target tokens."""
+  dims = common.model_dims(config_name)
+  rows, length = ours.SHAPES[config_name]
+  return dict(vocab_size=dims['vocab_size'], emb_dim=dims['d_model'],
+              num_heads=dims['num_heads'], mlp_dim=dims['d_ff'],
+              num_layers=dims['num_layers'], rows=rows, length=length)
 
-# This project's shapes (experiments/wmt_ende_base.py, experiments/demo.py, and the batches
-# of benchmarks/train_step.py): rows × length source tokens and as many target tokens.
-SHAPES = {
-    'base': dict(vocab_size=37000, emb_dim=512, num_heads=8, mlp_dim=2048, num_layers=6,
-                 rows=32, length=64),
-    'demo': dict(vocab_size=2000, emb_dim=128, num_heads=4, mlp_dim=512, num_layers=3,
-                 rows=64, length=16),
-}
+
 # Flax's configs/default.py, for what this project's shapes do not set.
 LEARNING_RATE = 0.002
 WARMUP_STEPS = 1000
@@ -310,7 +314,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_rng: jax.
 
 
 def model_config(s: dict, dtype: Any = jnp.float32) -> TransformerConfig:
-  """Their TransformerConfig for shape `s` (a SHAPES entry); `dtype` their compute dtype."""
+  """Their TransformerConfig for shape `s` (a `shape_of` dict); `dtype` their compute dtype."""
   return TransformerConfig(
       vocab_size=s['vocab_size'], emb_dim=s['emb_dim'], num_heads=s['num_heads'],
       num_layers=s['num_layers'], qkv_dim=s['emb_dim'], mlp_dim=s['mlp_dim'], max_len=MAX_LEN,
@@ -344,10 +348,10 @@ def compile_train_step(config: TransformerConfig) -> Callable:
 def prepare(config_name: str, shape: dict | None = None, dtype: Any = jnp.float32,
             ) -> ours.Runner:
   """The step compiled and warmed up by one step, to be timed as benchmarks/train_step.py
-  times ours (a Runner of it). `shape`: a SHAPES-like dict instead of SHAPES[config_name]
-  (benchmarks/accelerator.py's batches); `dtype`: their compute dtype (bfloat16 on an
-  accelerator, as their configs' use_bfloat16)."""
-  shape = shape or SHAPES[config_name]
+  times ours (a Runner of it). `shape`: a dict like `shape_of(config_name)`, instead of it
+  (benchmarks/accelerator.py's batches, the tests' tiny model); `dtype`: their compute
+  dtype (bfloat16 on an accelerator, as their configs' use_bfloat16)."""
+  shape = shape or shape_of(config_name)
   rows, length = shape['rows'], shape['length']
   config = model_config(shape, dtype)
   state, dropout_rng = create_state(config, rows)
@@ -370,7 +374,7 @@ def main() -> None:
   parser.add_argument('--steps', type=int, default=5)
   args = parser.parse_args()
   for name in args.configs.split(','):
-    print(json.dumps(ours.bench([prepare(name)], args.steps, rounds=1)[0]), flush=True)
+    common.emit(ours.bench([prepare(name)], args.steps, rounds=1)[0])
 
 
 if __name__ == '__main__':

@@ -5,14 +5,19 @@
 What it is: the same beam-search benchmark as benchmarks/decode.py (§6.1 settings: beam 4,
 GNMT length penalty ((5 + |Y|) / 6)^0.6, outputs up to input length + 50), written the way
 fast eager PyTorch CPU inference is written (fairseq, Hugging Face `generate`), so that our
-JAX numbers have a fair outside reference. It imports nothing from this repository.
+JAX numbers have a fair outside reference. Of this repository it takes only the configs'
+model sizes and benchmarks/decode.py's inputs (benchmarks/common.py): nothing of t2t_jax's
+model or decoding, and not JAX. tests/test_benchmarks.py loads t2t_jax's weights into it at
+a tiny size and checks its logits, its cached steps and its beam and greedy outputs against
+t2t_jax's.
 
 How it's built:
-  * the base Transformer of the paper (post-LN encoder-decoder; vocabulary 37000, d_model
-    512, 8 heads, d_ff 2048, 6 + 6 layers; one shared embedding, × √d_model on input and
-    tied as the pre-softmax projection; interleaved sinusoidal positions; no biases in the
-    attention projections, biases in the FFN; LayerNorm ε = 1e-6), random weights from
-    torch.manual_seed(0), float32, torch.inference_mode(), torch.set_num_threads(cpu_count);
+  * the Transformer of the paper (post-LN encoder-decoder; --config's sizes, base:
+    vocabulary 37000, d_model 512, 8 heads, d_ff 2048, 6 + 6 layers; one shared embedding,
+    × √d_model on input and tied as the pre-softmax projection; interleaved sinusoidal
+    positions; no biases in the attention projections, biases in the FFN; LayerNorm
+    ε = 1e-6), random weights from torch.manual_seed(0), float32, torch.inference_mode(),
+    torch.set_num_threads(cpu_count);
   * torch's fused kernels: one F.linear for the self-attention Q, K, V (and one for the
     cross-attention K, V), F.scaled_dot_product_attention, F.layer_norm;
   * the encoder runs once; the cross-attention keys/values are projected once per sentence
@@ -27,32 +32,30 @@ How it's built:
     EOS) and the best finished hypothesis of each sentence is kept;
   * all sentences × beams in one batch; early stopping off: random weights never reliably
     emit EOS, so every sentence runs to its limit, input + 50 = 82 steps, as in
-    benchmarks/decode.py (same inputs: its random_sources, numpy default_rng(0)).
+    benchmarks/decode.py (same inputs: common.random_sources, numpy default_rng(0)).
 
 Output: one JSON line with benchmark/decode.py's keys (peer instead of cache); seconds is the
 median of --repeats runs after one warm-up. `bench(args)` returns that dict for other scripts;
-`build_model`, `random_sources` and `beam_search` are importable too.
+`build_model` and `beam_search` are importable too.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
+import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+import common  # noqa: E402  (benchmarks/common.py: the configs' sizes; no JAX)
+
 PAD_ID = 0  # padding, and the decoder's start symbol
-EOS_ID = 1
-CONFIGS = {
-    'base': dict(vocab_size=37000, d_model=512, num_heads=8, d_ff=2048, num_layers=6),
-    'demo': dict(vocab_size=2000, d_model=128, num_heads=4, d_ff=512, num_layers=3),  # demo.py's
-}
+EOS_ID = common.EOS_ID
 LN_EPS = 1e-6
 
 
@@ -215,17 +218,11 @@ class Transformer(nn.Module):
 
 
 def build_model(config: str | dict = 'base', seed: int = 0) -> Transformer:
-  """Random weights from torch.manual_seed(seed), float32, in eval mode."""
+  """Random weights from torch.manual_seed(seed), float32, in eval mode; `config` a name of
+  common.CONFIGS or model_dims-like sizes."""
   torch.manual_seed(seed)
-  kwargs = CONFIGS[config] if isinstance(config, str) else config
+  kwargs = common.model_dims(config) if isinstance(config, str) else config
   return Transformer(**kwargs).eval()
-
-
-def random_sources(rows: int, length: int, vocab_size: int, seed: int = 0) -> np.ndarray:
-  """benchmarks/decode.py's inputs: [rows, length] word ids ending in EOS, no padding."""
-  src = np.random.default_rng(seed).integers(3, vocab_size, (rows, length), dtype=np.int32)
-  src[:, -1] = EOS_ID
-  return src
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -296,8 +293,8 @@ def bench(args: argparse.Namespace) -> dict:
   """One warm-up, then the median of `args.repeats` timed searches; the JSON line's dict."""
   torch.set_num_threads(os.cpu_count())
   model = build_model(args.config)
-  src = torch.from_numpy(random_sources(
-      args.sentences, args.length, CONFIGS[args.config]['vocab_size'])).long()
+  src = torch.from_numpy(common.random_sources(
+      args.sentences, args.length, common.model_dims(args.config)['vocab_size'])).long()
   run = lambda: beam_search(model, src, args.beam, args.extra_length, alpha=0.6)  # noqa: E731
   run()  # warm-up
   load = os.getloadavg()[0]  # other processes share the CPU: a high load means slower runs
@@ -322,7 +319,7 @@ def bench(args: argparse.Namespace) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--config', default='base', choices=sorted(CONFIGS))
+  parser.add_argument('--config', default='base', choices=sorted(common.CONFIGS))
   parser.add_argument('--sentences', type=int, default=64)
   parser.add_argument('--length', type=int, default=32)
   parser.add_argument('--beam', type=int, default=4)
@@ -332,4 +329,4 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == '__main__':
-  print(json.dumps(bench(parse_args())), flush=True)
+  common.emit(bench(parse_args()))
