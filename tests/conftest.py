@@ -43,11 +43,3 @@ def tiny_workdir(tmp_path_factory) -> str:
   path = str(tmp_path_factory.mktemp('trained'))
   trainer.train_and_evaluate(helpers.tiny_config(), path)
   return path
-
-
-def pytest_collection_modifyitems(items):
-  """The modules with slow tests first, each whole and in its order (a stable sort, so that
-  a module-scoped fixture is built once): each xdist worker then starts on a long test while
-  the short ones fill the gaps, instead of one long test running alone at the end."""
-  slow = {item.module.__name__ for item in items if item.get_closest_marker('slow')}
-  items.sort(key=lambda item: item.module.__name__ not in slow)
