@@ -327,6 +327,10 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
       state = fine_tune.initial_params(state, config.init_from)
     return state, 0.0
   state, data_state = restored
+  if config.init_from:  # not silently: the user may expect a fine-tuning start here
+    logging.warning('config.init_from=%r is read only at a run\'s start; %s has checkpoints, so '
+                    'this resumes them (another --workdir starts a new fine-tuning run).',
+                    config.init_from, workdir)
   # A checkpoint of an older t2t_jax has no time recorded: its time budget starts afresh.
   trained_s = float(data_state.pop(TRAIN_SECONDS, 0.0))
   recorded = data_state.pop(VOCABULARY, None)  # None: saved before it was recorded

@@ -2,6 +2,7 @@
 optimizer and schedule. Checked against Adam's first step (§5.3's formula) and the files."""
 import filecmp
 import json
+import logging
 import os
 import shutil
 
@@ -9,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import make_config, run_cli, tiny_config
+from helpers import TINY_CLI, make_config, run_cli, tiny_config
 from t2t_jax import trainer
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import errors
@@ -41,7 +42,7 @@ def test_the_start_holds_the_source_parameters_and_a_fresh_optimizer(tiny_workdi
 
 
 def test_the_first_update_is_adams_first_step_at_the_schedules_first_rate(tiny_workdir,
-                                                                          tmp_path):
+                                                                          tmp_path, caplog):
   """Adam's first update from zero moments is lr(1) · g / (|g| + ε) (bias-corrected), so
   every parameter moves by at most lr(1) = d_model^-0.5 · warmup^-1.5 (§5.3), and those with
   a gradient well above ε by about that much: the run starts at step 1 of the schedule, not
@@ -62,6 +63,15 @@ def test_the_first_update_is_adams_first_step_at_the_schedules_first_rate(tiny_w
   assert np.median(moved) > 0.5 * lr_1
   record = json.loads(open(tmp_path / 'tuned' / 'metrics.jsonl').readline())
   assert record['step'] == 1 and record['learning_rate'] == pytest.approx(lr_1, rel=1e-5)
+  # The same command again resumes the tuned run, and says that init_from is not read.
+  config.num_train_steps = 2
+  with caplog.at_level(logging.WARNING):
+    trainer.train_and_evaluate(config, str(tmp_path / 'tuned'))
+  assert 'is read only at a run\'s start' in caplog.text
+  resumed = checkpoints.load_params(str(tmp_path / 'tuned'), which='checkpoint', step=2).params
+  steps_apart = np.abs(np.asarray(jax.tree.leaves(resumed)[0])
+                       - np.asarray(jax.tree.leaves(after)[0])).max()
+  assert 0 < steps_apart <= 3 * lr_1  # one more small step from step 1, not a restart
 
 
 def test_the_vocabulary_comes_from_the_source_and_must_match(tmp_path):
@@ -89,10 +99,7 @@ def test_the_vocabulary_comes_from_the_source_and_must_match(tmp_path):
 ])
 def test_a_source_of_another_model_is_one_line_naming_the_key(tiny_workdir, tmp_path,
                                                               override, named):
-  result = run_cli('--config=experiments/demo.py', '--config.dataset=synthetic',
-                   '--config.model.num_layers=1', '--config.model.d_model=32',
-                   '--config.model.d_ff=64', '--config.vocab_size=40', '--config.max_length=12',
-                   f'--config.init_from={tiny_workdir}', override,
+  result = run_cli(*TINY_CLI, f'--config.init_from={tiny_workdir}', override,
                    f'--workdir={tmp_path / "tuned"}')
   assert result.returncode == 1, result.stderr[-2000:]
   last = result.stderr.strip().splitlines()[-1]
