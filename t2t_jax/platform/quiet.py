@@ -43,8 +43,12 @@ def drop_orbax_metadata_warning() -> None:
 
 class _OrbaxMetadataWarning(logging.Filter):
   def filter(self, record) -> bool:
-    return not ('/orbax/' in record.pathname
-                and str(record.msg).startswith('Metadata file does not exist'))
+    return not _is_metadata_warning(record)
+
+
+def _is_metadata_warning(record: logging.LogRecord) -> bool:
+  return ('/orbax/' in record.pathname
+          and str(record.msg).startswith('Metadata file does not exist'))
 
 
 class QuietLibraries(logging.Filter):
@@ -60,9 +64,9 @@ class QuietLibraries(logging.Filter):
       return not _through_orbax(error.__traceback__)
     if '/orbax/' not in record.pathname:
       return True
-    harmless = str(record.msg).startswith('Metadata file does not exist')
     reported = error is not None and errors.is_disk_refusal(error)
-    return record.levelno >= logging.WARNING and not harmless and not reported
+    return (record.levelno >= logging.WARNING and not _is_metadata_warning(record)
+            and not reported)
 
 
 def _ignore_native_calls_to_closed_loops() -> None:
