@@ -145,52 +145,51 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
   datasets = _load_data(config, workdir, mesh)
   tx = optim.make_optimizer(config)
   state = create_train_state(Transformer(model_config), tx, config.seed, mesh)
-  checkpointer = checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints,
-                                          every_steps=config.checkpoint_every_steps,
-                                          every_minutes=config.checkpoint_every_minutes)
-  state, trained_s = _restore(config, model_config, workdir, checkpointer, state, datasets)
-  workdir_lib.record_invocation(workdir, int(state.step))
-  train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh,
-                                    grad_accum_steps=config.grad_accum_steps)
-  train_fn, eval_fn, search, pool = _compile_ahead(config, model_config, train_fn, eval_fn,
-                                                   state, datasets, mesh)
-  writer, lr_fn = MetricWriter(workdir), optim.learning_rate_schedule(config)
-  step, last = int(state.step), config.num_train_steps
-  throughput, pending, summary = Throughput(step, last), [], {}
-  clock = TrainingClock(config.train_minutes, trained_s)
-  if clock.spent_before() and step < last:  # a resumed run whose budget was already spent
-    logging.info('config.train_minutes=%g already spent (%.1f minutes trained) at step %d.',
-                 config.train_minutes, trained_s / 60, step)
-    last = step
-  logging.info('Training steps %d..%d on %d device%s.', step + 1, last, mesh.size,
-               's' if mesh.size > 1 else '')
-  signum = None
-  with StopSignals() as stop, ahead.cancelled_on_exit(pool):
-    while step < last and signum is None:
-      state, metrics = train_fn(state, shard_batch(next(datasets.train), mesh))
-      step += 1
-      signum, out_of_time, save_due = _agree_on_step(stop, clock, checkpointer, step)
-      if out_of_time:  # the time budget is spent: log, evaluate and save
-        last = step  # this step as the last one
-        logging.info('config.train_minutes=%g reached at step %d.', config.train_minutes, step)
-      pending.append(metrics)
-      if len(pending) > 1:  # stay one step ahead of the device, not hundreds: a signal
-        jax.block_until_ready(pending[-2]['loss'])  # then stops the run within a step
-      if _is_due(step, config.log_every_steps, last):
-        _check_finite(pending, step, checkpointer)
-        summary.update(_log_train(writer, throughput, step, pending, lr_fn))
-        pending = []
-      if datasets.dev is not None and _is_due(step, config.eval_every_steps, last):
-        summary.update(_evaluate_dev(eval_fn, state.params, datasets.dev, mesh, writer, step))
-      if datasets.dev is not None and config.eval_bleu_every_steps > 0 and _is_due(
-          step, config.eval_bleu_every_steps, last):
-        summary.update(_dev_bleu(config, model_config, search, state.params, datasets, mesh,
-                                 writer, step))
-      if save_due or step == last or signum is not None:
-        _check_finite(pending, step, checkpointer)
-        checkpointer.save(state, {**datasets.train.get_state(), TRAIN_SECONDS: clock.seconds(),
-                                  VOCABULARY: _vocabulary_fingerprint(datasets)})
-  checkpointer.close()
+  with checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints,
+                                every_steps=config.checkpoint_every_steps,
+                                every_minutes=config.checkpoint_every_minutes) as checkpointer:
+    state, trained_s = _restore(config, model_config, workdir, checkpointer, state, datasets)
+    workdir_lib.record_invocation(workdir, int(state.step))
+    train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh,
+                                      grad_accum_steps=config.grad_accum_steps)
+    train_fn, eval_fn, search, pool = _compile_ahead(config, model_config, train_fn, eval_fn,
+                                                     state, datasets, mesh)
+    writer, lr_fn = MetricWriter(workdir), optim.learning_rate_schedule(config)
+    step, last = int(state.step), config.num_train_steps
+    throughput, pending, summary = Throughput(step, last), [], {}
+    clock = TrainingClock(config.train_minutes, trained_s)
+    if clock.spent_before() and step < last:  # a resumed run whose budget was already spent
+      logging.info('config.train_minutes=%g already spent (%.1f minutes trained) at step %d.',
+                   config.train_minutes, trained_s / 60, step)
+      last = step
+    logging.info('Training steps %d..%d on %d device%s.', step + 1, last, mesh.size,
+                 's' if mesh.size > 1 else '')
+    signum = None
+    with StopSignals() as stop, ahead.cancelled_on_exit(pool):
+      while step < last and signum is None:
+        state, metrics = train_fn(state, shard_batch(next(datasets.train), mesh))
+        step += 1
+        signum, out_of_time, save_due = _agree_on_step(stop, clock, checkpointer, step)
+        if out_of_time:  # the time budget is spent: log, evaluate and save
+          last = step  # this step as the last one
+          logging.info('config.train_minutes=%g reached at step %d.', config.train_minutes, step)
+        pending.append(metrics)
+        if len(pending) > 1:  # stay one step ahead of the device, not hundreds: a signal
+          jax.block_until_ready(pending[-2]['loss'])  # then stops the run within a step
+        if _is_due(step, config.log_every_steps, last):
+          _check_finite(pending, step, checkpointer)
+          summary.update(_log_train(writer, throughput, step, pending, lr_fn))
+          pending = []
+        if datasets.dev is not None and _is_due(step, config.eval_every_steps, last):
+          summary.update(_evaluate_dev(eval_fn, state.params, datasets.dev, mesh, writer, step))
+        if datasets.dev is not None and config.eval_bleu_every_steps > 0 and _is_due(
+            step, config.eval_bleu_every_steps, last):
+          summary.update(_dev_bleu(config, model_config, search, state.params, datasets, mesh,
+                                   writer, step))
+        if save_due or step == last or signum is not None:
+          _check_finite(pending, step, checkpointer)
+          checkpointer.save(state, {**datasets.train.get_state(), TRAIN_SECONDS: clock.seconds(),
+                                    VOCABULARY: _vocabulary_fingerprint(datasets)})
   writer.close()
   compiled = [f for f in (train_fn, eval_fn, search) if f is not None]
   logging.info('Stepping waited %.1f s for compilations (%d times).',

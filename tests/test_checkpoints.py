@@ -1,5 +1,6 @@
 """Checkpoints: exact resume after a stop or a kill, fallback past a corrupt checkpoint,
 averaging, and the divergence guard."""
+import asyncio
 import json
 import os
 import signal
@@ -249,6 +250,33 @@ def test_declined_save_is_an_error(tmp_path):
                      match='declined to save checkpoint 5 .* holds step 8'):
     checkpointer.save(state.replace(step=state.step + 1), data_state)
   checkpointer.close()
+
+
+def test_torn_writes_are_cleaned_up_before_the_checkpointer_is_made(tmp_path, monkeypatch):
+  """orbax's clean-up thread must not outlive the constructor: a run that stops at once
+  would print its traceback during interpreter shutdown."""
+  from orbax.checkpoint._src.path import temporary_paths  # the module orbax's manager calls
+  scanned = []
+
+  async def slow_cleanup(directory, **_):
+    await asyncio.sleep(0.5)
+    scanned.append(str(directory))
+
+  monkeypatch.setattr(temporary_paths, 'cleanup_temporary_paths', slow_cleanup)
+  checkpointer = checkpoints.Checkpointer(str(tmp_path), keep=5)
+  assert scanned == [checkpointer.directory]
+  checkpointer.close()
+
+
+def test_an_error_lets_the_save_in_flight_finish_and_is_the_one_raised(tmp_path):
+  state = _template(tiny_config())
+  with pytest.raises(KeyError, match='the run\'s own error'):
+    with checkpoints.Checkpointer(str(tmp_path), keep=5) as checkpointer:
+      checkpointer.save(state.replace(step=state.step + 3), {'position': 7})
+      raise KeyError("the run's own error")
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == [3]
+  assert os.listdir(tmp_path / 'checkpoints') == ['3']  # finished: no temporary folder
+  assert checkpoints.read_data_state(str(tmp_path), 3) == {'position': 7}
 
 
 def test_resume_from_an_older_checkpoint_moves_newer_ones_aside(tmp_path, straight_run):

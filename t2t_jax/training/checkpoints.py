@@ -88,6 +88,37 @@ class Checkpointer:
                                        'train_state': ocp.StandardCheckpointHandler(),
                                        'data': ocp.JsonCheckpointHandler()},
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, cleanup_tmp_directories=True))
+    self._closed = False
+    self._await_tmp_cleanup()
+
+  def _await_tmp_cleanup(self) -> None:
+    """Finishes orbax's removal of torn writes' temporary folders now: it runs in a thread
+    that, if the run stops at once (a bad config.restore_step), would still be scanning
+    during interpreter shutdown and print a traceback. A scan of one local folder."""
+    await_cleanup = getattr(self._manager, '_maybe_await_cleanup_tmp_directory', None)
+    if callable(await_cleanup):  # orbax's private method: absent, the first save waits
+      await_cleanup()
+
+  def __enter__(self) -> Checkpointer:
+    return self
+
+  def __exit__(self, kind: type[BaseException] | None, *_) -> None:
+    """Closes; after an error, without raising a second one over it."""
+    if kind is None:
+      self.close()
+    elif not self._closed:
+      self._abandon()
+
+  def _abandon(self) -> None:
+    """Lets a save in flight finish (or fail, logged): the error that stopped the run is
+    the one to report, and a write cut off at exit would be lost work."""
+    self._closed = True
+    try:
+      self._manager.wait_until_finished()
+      self._manager.close()
+    except Exception as e:  # noqa: BLE001 — the run already stops with another error
+      logging.warning('Checkpoint writes in %s did not finish: %s', self.directory,
+                      errors.summary(e))
 
   def is_due(self, step: int) -> bool:
     """Whether `step` is a periodic save by this host's clock: a multi-process run must
@@ -204,6 +235,9 @@ class Checkpointer:
       self._manager.wait_until_finished()
 
   def close(self) -> None:
+    if self._closed:
+      return
+    self._closed = True
     with _checkpoint_write_errors(self.directory):
       self._manager.wait_until_finished()
     self._manager.close()
