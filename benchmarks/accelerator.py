@@ -59,8 +59,10 @@ SIZES = {
     'tiny': dict(matmul=256, rows=8, length=16, steps=2, sentences=(4, 8), source_length=8,
                  extra_length=6, model=dict(num_layers=1, d_model=32, d_ff=64, num_heads=2),
                  vocab_size=128,
+                 # Coarse length buckets (growth 2): few shapes to compile, as tiny needs.
                  demo=['--config.num_train_steps=6', '--config.demo_num_train=2000',
                        '--config.demo_num_eval=16', '--config.vocab_size=400',
+                       '--config.bucket_growth=2',
                        '--config.vocab_sample_sentences=2000', '--config.log_every_steps=3',
                        '--config.eval_every_steps=6', '--config.checkpoint_every_steps=3',
                        '--config.average_last=2', '--config.model.num_layers=1',

@@ -8,17 +8,20 @@ import shutil
 import sys
 import tempfile
 
-os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
-                           ' --xla_force_host_platform_device_count=8').strip()
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # experiments/ is imported as a package by configs that build on each other.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import helpers  # noqa: E402  (tests/helpers.py; it creates no JAX backend)
+
+os.environ['XLA_FLAGS'] = (f"{os.environ.get('XLA_FLAGS', '')} "
+                           f'--xla_force_host_platform_device_count=8 {helpers.TEST_XLA_FLAGS}'
+                           ).strip()
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-import helpers  # noqa: E402  (tests/helpers.py)
 from t2t_jax.platform import xla  # noqa: E402  (after the environment above)
 
 xla.configure_cpu()

@@ -15,16 +15,30 @@ from experiments import demo, wmt_ende_base
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Most of the suite's time is XLA:CPU compiling tiny programs. Without LLVM's optimizations
+# and with XLA's classic fusion emitters it compiles them about twice as fast; they compute
+# the same, only slower, which tiny sizes do not notice. This process (conftest.py) and
+# every subprocess the tests start use these flags, so results compared across processes
+# still come from the same programs.
+TEST_XLA_FLAGS = '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false'
+
+
+def cpu_env(devices: int | None, **extra: str) -> dict[str, str]:
+  """os.environ for a subprocess on `devices` CPU devices (None: XLA's own choice, the
+  user's default), with TEST_XLA_FLAGS and `extra` variables."""
+  flags = TEST_XLA_FLAGS
+  if devices is not None:
+    flags = f'--xla_force_host_platform_device_count={devices} {flags}'
+  return dict(os.environ, XLA_FLAGS=flags, **extra)
+
+
 def run_cli(*args: str, devices: int | None = 2, env: dict | None = None, timeout: float = 600,
             **kwargs) -> subprocess.CompletedProcess:
   """`python -m t2t_jax.main ARGS` from the repository root, its output captured as text, on
-  `devices` CPU devices (None: XLA's own choice, the user's default)."""
-  env = dict(os.environ, **(env or {}))
-  env.pop('XLA_FLAGS', None)
-  if devices is not None:
-    env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={devices}'
-  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=timeout, **kwargs)
+  `devices` CPU devices (cpu_env)."""
+  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT,
+                        env=cpu_env(devices, **(env or {})), capture_output=True, text=True,
+                        timeout=timeout, **kwargs)
 
 
 def dead_pid() -> int:

@@ -1,19 +1,18 @@
 """benchmarks/accelerator.py runs end to end at its tiny size on a CPU, so that it works
 the first time it meets a GPU or TPU; its figures are checked for sense, not speed."""
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, cpu_env
 
 
 @pytest.mark.slow
 def test_the_accelerator_benchmark_runs_every_part(tmp_path):
   out = tmp_path / 'figures.jsonl'
-  env = dict(os.environ, XLA_FLAGS='')  # one CPU device, as on one accelerator
+  env = cpu_env(None)  # one CPU device, as on one accelerator
   result = subprocess.run([sys.executable, 'benchmarks/accelerator.py', '--size=tiny',
                            f'--out={out}'], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=900)

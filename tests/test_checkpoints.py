@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from experiments import demo
-from helpers import ROOT
+from helpers import ROOT, cpu_env
 from t2t_jax import trainer
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import mesh as mesh_lib
@@ -83,7 +83,7 @@ def run_main(workdir, *overrides, prelude='', wait=True):
   code = (f'import sys; sys.argv = ["t2t_jax"] + {args!r}\n{prelude}\n'
           'from absl import app\nfrom t2t_jax import main\napp.run(main.main)\n')
   # The same 8 devices as this process (conftest.py), so runs here and there match bitwise.
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8')
+  env = cpu_env(8)
   proc = subprocess.Popen([sys.executable, '-c', code], cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   if wait:

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, cpu_env
 from t2t_jax.training import checkpoints
 
 STEPS = 8
@@ -49,7 +49,7 @@ def start_each(commands, devices=None):
   port = free_port()
   procs = []
   for i, (workdir, args) in enumerate(commands):
-    env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}')
+    env = cpu_env(devices)
     extra = []
     if len(commands) > 1:
       env.update(JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}',

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import ROOT, TINY_CLI, run_cli, tiny_config
+from helpers import ROOT, TINY_CLI, cpu_env, run_cli, tiny_config
 from t2t_jax import trainer
 from t2t_jax.decoding import bleu, evaluate
 from t2t_jax.decoding.translator import Translator, decoding_batches
@@ -145,7 +145,7 @@ def test_stdin_is_split_on_newlines_only_like_a_file(workdir, tmp_path):
   4 lines in, 4 lines out, the same as from a file of the same bytes."""
   raw = '5\u20286\n7\x0c8\n9\r10\n\x85\n'.encode('utf-8')
   (tmp_path / 'in.txt').write_bytes(raw)
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  env = cpu_env(2)
   args = [sys.executable, '-m', 't2t_jax.main', *TINY_CLI, f'--workdir={workdir}',
           '--mode=translate']
   from_stdin = subprocess.run([*args, '--input=-'], cwd=ROOT, env=env, input=raw,

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import ROOT, dead_pid, make_config, run_cli, tiny_config
+from helpers import ROOT, cpu_env, dead_pid, make_config, run_cli, tiny_config
 from t2t_jax import trainer
 from t2t_jax.decoding import evaluate, export, translator
 from t2t_jax.platform import distributed, errors, files, quiet
@@ -362,7 +362,7 @@ def test_a_closed_output_pipe_ends_quietly(run, tmp_path):
   lines.write_text('5 6 7\n' * 20)
   command = (f'{sys.executable} -m t2t_jax.main --workdir={run} --mode=translate '
              f'--input={lines} | true; echo "status ${{PIPESTATUS[0]}}" >&2')
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  env = cpu_env(2)
   result = subprocess.run(['bash', '-c', command], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
   assert result.stderr.strip().splitlines()[-1] == 'status 141', result.stderr[-3000:]
@@ -375,9 +375,8 @@ def test_a_peer_that_never_starts_is_named_in_one_line(tmp_path):
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))
     port = s.getsockname()[1]
-  env = dict(os.environ, JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES='3',
-             JAX_PROCESS_ID='0')
-  env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=1'
+  env = cpu_env(1, JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES='3',
+                JAX_PROCESS_ID='0')
   result = subprocess.run(
       [sys.executable, '-m', 't2t_jax.main', '--distributed', '--distributed_start_timeout=4',
        '--config=experiments/demo.py', f'--workdir={tmp_path}', '--mode=params'],
@@ -448,6 +447,31 @@ def test_asyncios_reports_of_orbax_tasks_are_not_logged_again():
   assert quiet_filter.filter(record(raised_in('/t2t_jax/decoding/decode.py', ValueError('a bug'))))
 
 
+def test_asyncios_reports_of_tensorstore_futures_are_not_logged_again(tmp_path):
+  """orbax also hands TensorStore's futures to asyncio as tasks of their own: a failed one's
+  traceback holds no orbax frame, only asyncio's, awaiting the future."""
+  import tensorstore as ts
+
+  async def failures():
+    missing = {'driver': 'zarr', 'kvstore': {'driver': 'file', 'path': str(tmp_path / 'none')}}
+    tensorstore_task = asyncio.ensure_future(ts.open(missing, open=True))
+
+    async def other():
+      raise ValueError('a bug')
+    return await asyncio.gather(tensorstore_task, asyncio.ensure_future(other()),
+                                return_exceptions=True)
+  from_tensorstore, from_elsewhere = asyncio.run(failures())
+  assert isinstance(from_tensorstore, ValueError) and 'NOT_FOUND' in str(from_tensorstore)
+
+  def record(error):
+    return logging.LogRecord('asyncio', logging.ERROR, '/python3/asyncio/base_events.py', 1,
+                             'Task exception was never retrieved', None,
+                             (type(error), error, error.__traceback__))
+  quiet_filter = quiet.QuietLibraries()
+  assert not quiet_filter.filter(record(from_tensorstore))
+  assert quiet_filter.filter(record(from_elsewhere))
+
+
 def test_native_calls_to_a_closed_event_loop_print_nothing(monkeypatch):
   """After a failed save orbax has closed its loop, and TensorStore's threads printed
   "Event loop is closed" once per pending write (20 to 135 tracebacks on a full disk)."""
@@ -489,9 +513,12 @@ def test_a_truncated_checkpoint_is_named_without_a_flood(run, tmp_path):
   for noise in ('Traceback', 'Task exception', 'Exception ignored', 'TensorStore({'):
     assert noise not in result.stderr, result.stderr[-3000:]
   damaged = [line for line in result.stderr.splitlines() if 'OUT_OF_RANGE' in line]
-  assert len(damaged) == 3, damaged  # two retries, then set aside
+  # Two retries, then set aside; before them the same for its metadata where that lay in
+  # a truncated half (where orbax put it varies from run to run).
+  assert 3 <= len(damaged) <= 2 * checkpoints.READ_ATTEMPTS + 1, damaged
   assert 'moved it to' in damaged[-1] and 'corrupt-6' in damaged[-1]
-  assert all('OUT_OF_RANGE' in line for line in damaged)  # the reason, not the wrapper
+  failed = [line for line in result.stderr.splitlines() if 'checkpoints/6 failed' in line]
+  assert failed and set(failed) <= set(damaged)  # each names the reason, not orbax's wrapper
   assert os.path.isdir(os.path.join(run, 'checkpoints', '9'))
 
 

@@ -72,9 +72,11 @@ def test_first_code_cell_holds_the_settings():
   nb = read_notebook()
   first = code_cells(nb)[0]
   assert first is tagged_cell(nb, 'parameters')
-  assert re.search(r"^REPO_URL = 'https://github.com/YOUR_ORG/t2t_jax.git'  "
-                   r'# set this to your fork', first.source, re.M)
-  for name in ('T2T_NOTEBOOK_WORKDIR', 'T2T_NOTEBOOK_OVERRIDES', 'T2T_NOTEBOOK_SKIP_INSTALL',
+  # Colab form fields, empty: no placeholder that "Run all" would stop at.
+  assert "REPO_URL = ''  # @param {type:\"string\"}\n" in first.source
+  assert "REPO_REF = ''  # @param {type:\"string\"}\n" in first.source
+  for name in ('T2T_NOTEBOOK_REPO_URL', 'T2T_NOTEBOOK_WORKDIR', 'T2T_NOTEBOOK_OVERRIDES',
+               'T2T_NOTEBOOK_SKIP_INSTALL',
                'T2T_NOTEBOOK_RUNTIME', 'T2T_NOTEBOOK_TENSORBOARD'):
     assert name in first.source
   assert f"JAX_VERSION = '{pinned_jax_version()}'" in first.source
@@ -100,6 +102,50 @@ def test_the_accelerator_path_is_explained_with_its_numbers():
                  'config.keep_checkpoints=5', '15 GB', '0.76 GB', '%tensorboard'):
     assert phrase in text, phrase
   assert 'v2-8 has 8 cores' not in text  # Colab's old TPU runtime
+
+
+def run_code_cell(tag_or_index, cwd, **namespace):
+  """The notebook's code cell (a tag, or its index among code cells) run in `cwd` as Colab
+  runs it, in `namespace`, which it returns; an exception it raises is returned instead."""
+  nb = read_notebook()
+  cell = (code_cells(nb)[tag_or_index] if isinstance(tag_or_index, int)
+          else tagged_cell(nb, tag_or_index))
+  namespace = {'os': os, 'shlex': shlex, 'subprocess': __import__('subprocess'), **namespace}
+  here = os.getcwd()
+  os.chdir(cwd)
+  try:
+    exec(cell.source, namespace)
+  except Exception as e:  # noqa: BLE001 -- the caller looks at it
+    return e
+  finally:
+    os.chdir(here)
+  return namespace
+
+
+CODE_CELL = 2  # the code cell that finds or clones the repository
+
+
+def test_the_repository_comes_from_the_github_url_colab_opened():
+  """Colab's Jupyter server names a notebook opened from GitHub by its URL, quoted."""
+  namespace = run_code_cell(CODE_CELL, ROOT, REPO_URL='', REPO_REF='')
+  github_repository = namespace['github_repository']
+  path = ('fileId=https%3A%2F%2Fgithub.com%2Fsomeone%2Ft2t_jax%2Fblob%2Fdev-2%2Fnotebooks'
+          '%2Fcolab.ipynb')
+  assert github_repository(path) == ('https://github.com/someone/t2t_jax.git', 'dev-2')
+  assert github_repository('https://colab.research.google.com/github/a/b.c/blob/main/x.ipynb'
+                           ) == ('https://github.com/a/b.c.git', 'main')
+  assert github_repository('fileId=1AbCdEf') is None  # a notebook on Google Drive
+  assert namespace['opened_from']() is None  # not on Colab
+  assert namespace['REPO_DIR'] == ROOT  # inside a checkout, that checkout
+
+
+def test_outside_a_checkout_without_a_location_it_says_what_to_set(tmp_path):
+  error = run_code_cell(CODE_CELL, tmp_path, REPO_URL='', REPO_REF='')
+  [line] = error._render_traceback_()  # what IPython shows instead of a traceback
+  assert line == ('Stopped: this notebook is not inside a checkout of t2t_jax and was not '
+                  'opened from GitHub: set REPO_URL in the first code cell to the git URL of '
+                  't2t_jax.')
+  assert not os.path.exists(tmp_path / 't2t_jax')
 
 
 def code_index(nb, cell):
@@ -186,9 +232,16 @@ def venv_kernel(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_notebook_runs_the_demo_on_cpu(tmp_path, monkeypatch, venv_kernel):
+  """"Run all" in a fresh folder, as on a new Colab runtime: the notebook clones the
+  repository (this checkout's last commit) from T2T_NOTEBOOK_REPO_URL and runs the demo."""
   nbclient = pytest.importorskip('nbclient')
   pytest.importorskip('ipykernel')
-  workdir = tmp_path / 'run'
+  runtime, workdir = tmp_path / 'content', tmp_path / 'run'
+  runtime.mkdir()
+  monkeypatch.setenv('T2T_NOTEBOOK_REPO_URL', ROOT)
+  # XLA's default compilation, not helpers.TEST_XLA_FLAGS: the demo runs long enough that
+  # optimised programs win back their compile time, and it compares nothing with this process.
+  monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
   monkeypatch.setenv('T2T_NOTEBOOK_WORKDIR', str(workdir))
   monkeypatch.setenv('T2T_NOTEBOOK_OVERRIDES', TINY_OVERRIDES)
   monkeypatch.setenv('T2T_NOTEBOOK_SKIP_INSTALL', '1')
@@ -198,7 +251,7 @@ def test_notebook_runs_the_demo_on_cpu(tmp_path, monkeypatch, venv_kernel):
   nb = read_notebook()
   client = nbclient.NotebookClient(
       nb, kernel_name=venv_kernel, timeout=600,
-      resources={'metadata': {'path': os.path.join(ROOT, 'notebooks')}})
+      resources={'metadata': {'path': str(runtime)}})
   try:
     client.execute()
   finally:  # keep the executed notebook for a look when something fails
@@ -215,6 +268,7 @@ def test_notebook_runs_the_demo_on_cpu(tmp_path, monkeypatch, venv_kernel):
   text = ''.join(outputs)
   assert images >= 1, 'no training curve'
   assert 'TensorBoard: off (T2T_NOTEBOOK_TENSORBOARD=0)\n' in text  # and so no server
+  assert f'code: {runtime / "t2t_jax"}\n' in text  # the clone
 
   eval_dir = workdir / 'eval'
   [name] = os.listdir(eval_dir)

@@ -6,7 +6,7 @@ import shlex
 import subprocess
 import sys
 
-from helpers import ROOT
+from helpers import ROOT, cpu_env
 
 README = os.path.join(ROOT, 'README.md')
 # The quick start's commands at a tiny size: a synthetic task instead of WMT14, a small model,
@@ -38,7 +38,7 @@ def test_the_gpu_quick_start_runs(tmp_path):
   jax_pin = re.search(r'"jax==([\d.]+)"', open(os.path.join(ROOT, 'pyproject.toml')).read())
   assert accelerator.endswith(f"=={jax_pin.group(1)}'")  # the accelerator's JAX is the pin's
   assert [shlex.split(run)[0] for run in runs] == ['.venv/bin/t2t-jax'] * len(runs)
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  env = cpu_env(2)
   for run in runs:
     args = [a.replace('runs/base', str(tmp_path / 'base')) for a in shlex.split(run)[1:]]
     if any(a.startswith('--config=') for a in args):  # training: a tiny size

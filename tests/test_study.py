@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, cpu_env
 from t2t_jax import study, trainer
 from t2t_jax.decoding import evaluate
 from t2t_jax.model import transformer
@@ -147,7 +147,7 @@ def test_a_config_that_is_no_study(tmp_path):
 
 def test_command_line_passes_rows_and_overrides(tmp_path):
   """main.py hands --rows and every --config.* override to the study (here: refused at once)."""
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  env = cpu_env(2)
   result = subprocess.run(
       [sys.executable, '-m', 't2t_jax.main', '--config=experiments/table3.py', '--mode=study',
        f'--workdir={tmp_path}', '--rows=D_ls0,A_h1', '--config.model.d_v=8'],

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from helpers import ROOT, TINY_CLI, tiny_config
+from helpers import ROOT, TINY_CLI, cpu_env, tiny_config
 from t2t_jax import Hypothesis, Translator
 from t2t_jax.decoding import translator
 from t2t_jax.decoding.decode import length_penalty
@@ -153,7 +153,7 @@ def test_format_results_single_and_n_best():
 
 
 def run_main(*args, **popen):
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  env = cpu_env(2)
   return subprocess.Popen([sys.executable, '-m', 't2t_jax.main', *TINY_CLI, *args], cwd=ROOT,
                           env=env, **popen)
 

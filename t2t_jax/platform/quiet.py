@@ -89,12 +89,18 @@ def _ignore_native_calls_to_closed_loops() -> None:
 
 
 def _through_orbax(traceback: types.TracebackType | None, origin: object = None) -> bool:
-  """Whether an exception was raised in orbax's code (or escaped one of its coroutines)."""
+  """Whether an exception was raised in orbax's code (or escaped one of its coroutines), or
+  in a TensorStore future that orbax handed to asyncio as a task of its own: that task's
+  traceback holds only asyncio's frame, whose `awaitable` is the future."""
   code = getattr(origin, 'cr_code', None)
   if code is not None and '/orbax/' in code.co_filename:
     return True
   while traceback is not None:
-    if '/orbax/' in traceback.tb_frame.f_code.co_filename:
+    frame = traceback.tb_frame
+    if '/orbax/' in frame.f_code.co_filename:
+      return True
+    awaited = frame.f_locals.get('awaitable') if '/asyncio/' in frame.f_code.co_filename else None
+    if type(awaited).__module__.startswith('tensorstore'):
       return True
     traceback = traceback.tb_next
   return False
