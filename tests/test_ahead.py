@@ -127,6 +127,7 @@ def test_precompiled_searches_compile_nothing_and_decode_the_same():
   """Dev BLEU's beam search compiled ahead for translate_ids's batch shapes: decoding then
   compiles nothing and gives jax.jit's ids and scores."""
   config = tiny_step_config()
+  config.decode_tokens_per_batch = 64  # batches of a few rows, not the demo's hundreds
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
   model_config = ModelConfig.from_config(config)
   params = train_step.create_train_state(Transformer(model_config), optim.make_optimizer(config),
