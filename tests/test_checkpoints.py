@@ -279,6 +279,19 @@ def test_an_error_lets_the_save_in_flight_finish_and_is_the_one_raised(tmp_path)
   assert checkpoints.read_data_state(str(tmp_path), 3) == {'position': 7}
 
 
+def test_a_refused_write_waits_for_no_other(tmp_path, monkeypatch):
+  """After a full disk, main ends the process at once: the checkpointer waits for nothing
+  (the writes still in flight would fail again, each with its traceback)."""
+  waited = []
+  with pytest.raises(checkpoints.CheckpointWriteError):
+    with checkpoints.Checkpointer(str(tmp_path), keep=5) as checkpointer:
+      monkeypatch.setattr(checkpointer._manager, 'wait_until_finished',
+                          lambda: waited.append(True))
+      raise checkpoints.CheckpointWriteError(checkpointer.directory, 'checkpoints',
+                                             OSError(28, 'No space left on device'))
+  assert waited == []
+
+
 def test_resume_from_an_older_checkpoint_moves_newer_ones_aside(tmp_path, straight_run):
   trainer.train_and_evaluate(tiny_config(), str(tmp_path))
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8, 12]

@@ -513,9 +513,9 @@ def test_a_truncated_checkpoint_is_named_without_a_flood(run, tmp_path):
   for noise in ('Traceback', 'Task exception', 'Exception ignored', 'TensorStore({'):
     assert noise not in result.stderr, result.stderr[-3000:]
   damaged = [line for line in result.stderr.splitlines() if 'OUT_OF_RANGE' in line]
-  # Two retries, then set aside; before them the same for its metadata where that lay in
-  # a truncated half (where orbax put it varies from run to run).
-  assert 3 <= len(damaged) <= 2 * checkpoints.READ_ATTEMPTS + 1, damaged
+  # Two retries, then set aside: of the metadata's read where that lay in a truncated half
+  # (where orbax puts it varies from run to run), else of the arrays'.
+  assert len(damaged) == 3, damaged
   assert 'moved it to' in damaged[-1] and 'corrupt-6' in damaged[-1]
   failed = [line for line in result.stderr.splitlines() if 'checkpoints/6 failed' in line]
   assert failed and set(failed) <= set(damaged)  # each names the reason, not orbax's wrapper

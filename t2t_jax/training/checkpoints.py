@@ -102,12 +102,14 @@ class Checkpointer:
   def __enter__(self) -> Checkpointer:
     return self
 
-  def __exit__(self, kind: type[BaseException] | None, *_) -> None:
-    """Closes; after an error, without raising a second one over it."""
+  def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _) -> None:
+    """Closes; after an error, without raising a second one over it. After a refused write
+    it waits for nothing: the others in flight fail too, and main ends the process."""
     if kind is None:
       self.close()
-    elif not self._closed:
+    elif not self._closed and not isinstance(error, CheckpointWriteError):
       self._abandon()
+    self._closed = True
 
   def _abandon(self) -> None:
     """Lets a save in flight finish (or fail, logged): the error that stopped the run is
