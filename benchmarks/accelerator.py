@@ -2,6 +2,7 @@
 
   python benchmarks/accelerator.py [--size auto|full|tiny] [--out FILE]
                                    [--parts matmul,train,peer,decode,compile,demo]
+  python benchmarks/accelerator.py --parts matmul,forms,profile [--forms A,B] [--profile-dir D]
 
 Prints JSON lines as it goes (and appends them to --out), then a markdown table:
   matmul   the chip's bf16 (and float32) matmul rate, 8192³, measured in this run: the
@@ -18,6 +19,13 @@ Prints JSON lines as it goes (and appends them to --out), then a markdown table:
            (cold), then in another that finds it there (warm): compile and process seconds
   demo     the built-in demo end to end in a fresh workdir (train, average, eval), the
            compilation cache off: seconds of each, compile seconds (JAX_LOG_COMPILES), BLEU
+Two more parts run only when --parts names them:
+  forms    the price of each hardware form: the base bf16 train step and beam search with
+           the 'xla' forms, then with one form swapped at a time (FORMS, DECODE_FORMS), side
+           by side; --forms / --decode-forms pick some
+  profile  a jax.profiler trace of three base bf16 steps ('xla' forms): device time by
+           kernel, the largest first, and the trace and the optimized program under
+           --profile-dir (what each fusion computes is in the program's text)
 The steps of the train part are compiled in threads, so compile time overlaps.
 `--size tiny` (the default on a CPU) shrinks every model, batch and the demo, so that the
 whole script runs in a minute there (tests/test_accelerator_benchmark.py); figures at that size say
@@ -26,11 +34,16 @@ nothing about speed.
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import contextlib
+import dataclasses
+import glob
+import gzip
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,13 +58,15 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from t2t_jax.decoding import decode, translator  # noqa: E402
+from t2t_jax.model import kernels, transformer  # noqa: E402
 from t2t_jax.model.transformer import ModelConfig, Transformer, train_step_flops  # noqa: E402
 from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
 from t2t_jax.training import optim, train_step  # noqa: E402
 
 ROOT = common.ROOT
 emit, random_ids = common.emit, common.random_ids
-PARTS = ('matmul', 'train', 'peer', 'decode', 'compile', 'demo')
+PARTS = ('matmul', 'train', 'forms', 'profile', 'peer', 'decode', 'compile', 'demo')
+DEFAULT_PARTS = tuple(p for p in PARTS if p not in ('forms', 'profile'))  # those two: asked
 # What each size runs. 'tiny' keeps every code path at sizes a CPU runs in seconds.
 SIZES = {
     'full': dict(matmul=8192, rows=384, length=64, steps=10, sentences=(64, 512),
@@ -109,9 +124,9 @@ def bench_matmul(size: dict) -> list[dict]:
   return lines
 
 
-def prepare_train(name: str, size: dict, dtype: str):
+def prepare_train(name: str, size: dict, dtype: str, **changes):
   """(fields, lowered step, state, batch) of config `name`'s train step in `dtype`."""
-  c = model_config(name, size, dtype)
+  c = model_config(name, size, dtype, **changes)
   config = common.get_config(name)
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
   tx = optim.make_optimizer(config)
@@ -128,11 +143,14 @@ def prepare_train(name: str, size: dict, dtype: str):
 
 def compile_all(lowered: list) -> tuple[list, list[float]]:
   """Compiles every lowered program in threads (XLA compiles outside the GIL); each one's
-  seconds from the start."""
+  seconds from the start. A program that fails to compile gives its exception."""
   t0 = time.perf_counter()
 
   def compile_one(program):
-    compiled = program.compile()
+    try:
+      compiled = program.compile()
+    except Exception as e:  # noqa: BLE001 -- the caller reports which program failed
+      compiled = e
     return compiled, time.perf_counter() - t0
   with concurrent.futures.ThreadPoolExecutor(max(1, len(lowered))) as pool:
     results = list(pool.map(compile_one, lowered))
@@ -145,14 +163,15 @@ def xla_flops(compiled) -> float:
   return float((cost or {}).get('flops', float('nan')))
 
 
-def time_steps(step, state, batch, steps: int) -> float:
-  """Median seconds of a train step, each step on the state the last one returned."""
+def time_steps(step, state, batch, steps: int) -> tuple[float, object]:
+  """(median seconds of a train step, the last state), each step on the state the last one
+  returned (the step donates it)."""
   holder = [state]
 
   def run():
     holder[0], metrics = step(holder[0], batch)
     return metrics
-  return timed(run, steps)
+  return timed(run, steps), holder[0]
 
 
 def bench_train(size: dict, peak: float, out: str | None, configs: list[str],
@@ -163,7 +182,9 @@ def bench_train(size: dict, peak: float, out: str | None, configs: list[str],
   lines = []
   for (fields, _, state, batch), step, seconds in zip(prepared, compiled, compile_s,
                                                        strict=True):
-    step_s = time_steps(step, state, batch, size['steps'])
+    if isinstance(step, Exception):
+      raise step
+    step_s, _ = time_steps(step, state, batch, size['steps'])
     tokens = batch['targets'].size
     flops = fields.pop('flops')
     lines.append(emit(fields | {
@@ -197,32 +218,48 @@ def bench_peer(size: dict, peak: float, out: str | None) -> list[dict]:
                 'compile_s': round(runner.compile_s, 1)}, out)]
 
 
-def bench_decode(size: dict, out: str | None, dtypes: list[str]) -> list[dict]:
-  """Base beam-4 decoding at each sentence count in bf16, and the first count in float32
-  (with float32 in `dtypes`), then the share of the same outputs."""
-  mesh = mesh_lib.make_mesh()
+def decode_params(size: dict, mesh) -> tuple[ModelConfig, dict]:
+  """(float32 config, random float32 parameters on every device) of the base model."""
   f32 = model_config('base', size, 'float32', deterministic=True)
   dummy = np.ones((1, 2), np.int32)
   params = jax.jit(lambda rng: Transformer(f32).init(rng, dummy, dummy)['params'])(
       jax.random.PRNGKey(0))
-  params = jax.device_put(params, mesh_lib.replicated(mesh))
-  alpha, lines, outputs = np.float32(0.6), [], {}
+  return f32, jax.device_put(params, mesh_lib.replicated(mesh))
+
+
+def prepare_search(c: ModelConfig, size: dict, rows: int, mesh, params) -> tuple:
+  """(lowered beam-4 search, its arguments) over `rows` random sentences."""
+  def search(params, src, alpha):
+    return decode.beam_search(params, src, config=c, beam_size=4, alpha=alpha,
+                              extra_length=size['extra_length'])
+  src = common.random_sources(rows, size['source_length'], c.vocab_size, 3)
+  src = mesh_lib.shard_batch({'src': src}, mesh)['src']
+  args = (params, src, np.float32(0.6))
+  return translator.shard_rows(search, mesh).lower(*args), args
+
+
+def time_search(compiled, args: tuple) -> tuple[float, np.ndarray]:
+  """(median seconds of a search, its output ids)."""
+  seconds = timed(lambda: compiled(*args), 3)
+  return seconds, np.asarray(compiled(*args)[0])
+
+
+def bench_decode(size: dict, out: str | None, dtypes: list[str]) -> list[dict]:
+  """Base beam-4 decoding at each sentence count in bf16, and the first count in float32
+  (with float32 in `dtypes`), then the share of the same outputs."""
+  mesh = mesh_lib.make_mesh()
+  f32, params = decode_params(size, mesh)
+  lines, outputs = [], {}
   runs = [('bfloat16', n) for n in size['sentences']]
   if 'float32' in dtypes:
     runs.append(('float32', size['sentences'][0]))
   for dtype, rows in runs:
     c = f32.replace(dtype=dtype)
-
-    def search(params, src, alpha, c=c):
-      return decode.beam_search(params, src, config=c, beam_size=4, alpha=alpha,
-                                extra_length=size['extra_length'])
-    src = common.random_sources(rows, size['source_length'], c.vocab_size, 3)
-    src = mesh_lib.shard_batch({'src': src}, mesh)['src']
     t0 = time.perf_counter()
-    compiled = translator.shard_rows(search, mesh).lower(params, src, alpha).compile()
+    lowered, args = prepare_search(c, size, rows, mesh, params)
+    compiled = lowered.compile()
     compile_s = time.perf_counter() - t0
-    seconds = timed(lambda: compiled(params, src, alpha), 3)  # noqa: B023
-    ids = np.asarray(compiled(params, src, alpha)[0])  # noqa: B023
+    seconds, ids = time_search(compiled, args)
     outputs[dtype, rows] = ids
     lines.append(emit({'part': 'decode', 'config': 'base', 'dtype': dtype, 'kernels': c.kernels,
                        'sentences': rows,
@@ -239,6 +276,211 @@ def bench_decode(size: dict, out: str | None, dtypes: list[str]) -> list[dict]:
   lines.append(emit({'part': 'decode_agreement', 'sentences': first,
                      'bf16_ids_equal_float32_share': round(float(same.mean()), 3),
                      'weights': 'random'}, out))
+  return lines
+
+
+# ---------------------------------------------------------------- forms: each form's price
+
+def key_words(key: jax.Array) -> jax.Array:
+  """uint32 [2]: the words of a (typed or raw) threefry key."""
+  if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    key = jax.random.key_data(key)
+  return key.reshape(-1).astype(jnp.uint32)[:2]
+
+
+def rbg_bits(shape: tuple[int, ...], key: jax.Array) -> jax.Array:
+  """uint32 bits from XLA's RngBitGenerator (jax's 'unsafe_rbg' keys), seeded by the call's
+  key: the generator GPU and TPU recipes commonly draw dropout masks from."""
+  words = key_words(key)
+  seed = jnp.concatenate([words, words ^ np.uint32(0x9E3779B9)])
+  return jax.random.bits(jax.random.wrap_key_data(seed, impl='unsafe_rbg'), shape, jnp.uint32)
+
+
+def no_bits(shape: tuple[int, ...], key: jax.Array) -> jax.Array:
+  """All-zero bits (every element kept): the step without a generator, masks still applied."""
+  del key
+  return jnp.zeros(shape, jnp.uint32)
+
+
+def bf16_tied_logits(x: jax.Array, embedding: jax.Array) -> jax.Array:
+  """The tied logits in the compute dtype, then cast to float32 (the less exact form)."""
+  return jnp.einsum('btm,vm->btv', x, embedding).astype(jnp.float32)
+
+
+PLAIN_ATTENTION = transformer.scaled_dot_product_attention
+
+
+def cudnn_attention(query, key, value, mask, *, kv_layout: str = 'bkhd'):
+  """§3.2.1 by jax.nn.dot_product_attention's cuDNN kernel: a causal-only mask [1, 1, q, k]
+  as is_causal, a padding mask [b, 1, 1, k] broadcast over the queries; no weights."""
+  if kv_layout != 'bkhd':  # the decoding cache's layout
+    return PLAIN_ATTENTION(query, key, value, mask, kv_layout=kv_layout)
+  causal = mask is not None and mask.shape[0] == 1 and mask.shape[2] > 1
+  if mask is not None and not causal:
+    mask = jnp.broadcast_to(mask, (query.shape[0], 1, query.shape[1], mask.shape[-1]))
+  out = jax.nn.dot_product_attention(query, key, value, mask=None if causal else mask,
+                                     is_causal=causal, implementation='cudnn')
+  return out, None
+
+
+XLA_FORMS = kernels.KERNELS['xla']
+# The train step's candidates: the 'xla' forms with one swapped (or attention replaced).
+FORMS = {
+    'xla': (XLA_FORMS, None),
+    'hash dropout bits': (dataclasses.replace(XLA_FORMS, dropout_bits=kernels.hash_bits), None),
+    'rbg dropout bits': (dataclasses.replace(XLA_FORMS, dropout_bits=rbg_bits), None),
+    'no dropout bits': (dataclasses.replace(XLA_FORMS, dropout_bits=no_bits), None),
+    'bf16 tied logits': (dataclasses.replace(XLA_FORMS, tied_logits=bf16_tied_logits), None),
+    'cudnn attention': (XLA_FORMS, cudnn_attention),
+    'cpu forms': (kernels.KERNELS['cpu'], None),
+}
+# The beam search's candidates.
+DECODE_FORMS = {
+    'xla': (XLA_FORMS, None),
+    'block top-k and max': (dataclasses.replace(XLA_FORMS, row_max=kernels.row_max,
+                                                top_k=kernels.block_top_k), None),
+    'cpu forms': (kernels.KERNELS['cpu'], None),
+}
+
+
+@contextlib.contextmanager
+def swapped(forms: kernels.Kernels, attention):
+  """While tracing: the 'xla' choice hands out `forms`, and attention is `attention`."""
+  saved = kernels.KERNELS['xla'], transformer.scaled_dot_product_attention
+  kernels.KERNELS['xla'] = forms
+  transformer.scaled_dot_product_attention = attention or PLAIN_ATTENTION
+  try:
+    yield
+  finally:
+    kernels.KERNELS['xla'], transformer.scaled_dot_product_attention = saved
+
+
+def failed(part: str, form: str, error: Exception, out: str | None) -> dict:
+  return emit({'part': part, 'form': form, 'error': f'{type(error).__name__}: {error}'[:400]},
+              out)
+
+
+def progress(message: str, t0: float) -> None:
+  print(f'# {message} at {time.perf_counter() - t0:.0f} s', file=sys.stderr, flush=True)
+
+
+def bench_forms(size: dict, peak: float, out: str | None, forms: list[str],
+                decode_forms: list[str]) -> list[dict]:
+  """The base bf16 train step with each of `forms` (of FORMS; compiled together, timed one
+  by one), then the beam search with each of `decode_forms` at every sentence count."""
+  lines, prepared, t0 = [], [], time.perf_counter()
+  for form in forms:
+    try:
+      with swapped(*FORMS[form]):
+        prepared.append((form, *prepare_train('base', size, 'bfloat16', kernels='xla')))
+    except Exception as e:  # noqa: BLE001 -- a form this backend cannot lower is reported
+      lines.append(failed('forms', form, e, out))
+    progress(f'forms: {form} lowered', t0)
+  compiled, compile_s = compile_all([p[2] for p in prepared])
+  progress('forms: compiled', t0)
+  base_ms = None
+  for (form, fields, _, state, batch), step, seconds in zip(prepared, compiled, compile_s,
+                                                             strict=True):
+    if isinstance(step, Exception):
+      lines.append(failed('forms', form, step, out))
+      continue
+    step_s, state = time_steps(step, state, batch, size['steps'])
+    if form == 'xla':
+      PROFILED['step'] = step, state, batch  # the profile part traces this one
+    ms = step_s * 1e3
+    base_ms = base_ms or ms
+    lines.append(emit({'part': 'forms', 'form': form, 'config': 'base', 'dtype': 'bfloat16',
+                       'batch': fields['batch'], 'ms': round(ms, 2),
+                       'vs_xla': round(ms / base_ms, 3),
+                       'fraction_of_peak': round(fields['flops'] / ms * 1e3 / peak, 3)
+                       if peak else None, 'compile_s_parallel': round(seconds, 1)}, out))
+  return lines + bench_decode_forms(size, out, decode_forms)
+
+
+def bench_decode_forms(size: dict, out: str | None, forms: list[str]) -> list[dict]:
+  """Base bf16 beam-4 search with each of `forms` (of DECODE_FORMS) at each sentence count."""
+  mesh, t0 = mesh_lib.make_mesh(), time.perf_counter()
+  f32, params = decode_params(size, mesh)
+  c, lines, prepared = f32.replace(dtype='bfloat16', kernels='xla'), [], []
+  for form in forms:
+    for rows in size['sentences']:
+      with swapped(*DECODE_FORMS[form]):
+        prepared.append((form, rows, *prepare_search(c, size, rows, mesh, params)))
+  progress('decode forms: lowered', t0)
+  compiled, compile_s = compile_all([p[2] for p in prepared])
+  progress('decode forms: compiled', t0)
+  reference = {}
+  for (form, rows, _, args), search, seconds in zip(prepared, compiled, compile_s, strict=True):
+    if isinstance(search, Exception):
+      lines.append(failed('decode_forms', form, search, out))
+      continue
+    search_s, ids = time_search(search, args)
+    same = (ids == reference.setdefault(rows, ids)).all(axis=-1).mean()
+    lines.append(emit({'part': 'decode_forms', 'form': form, 'sentences': rows,
+                       'ms': round(search_s * 1e3, 1), 'sentences_per_s': round(rows / search_s, 1),
+                       'ids_equal_xla_share': round(float(same), 3),
+                       'compile_s_parallel': round(seconds, 1)}, out))
+  return lines
+
+
+# ---------------------------------------------------------------- profile: where time goes
+
+PROFILED = {}  # 'step': (compiled base bf16 step, state, batch), left by the forms part
+
+
+def device_kernel_times(trace_path: str) -> tuple[dict, dict]:
+  """From a perfetto trace: ({(thread, event): [microseconds, calls]}, {thread: µs}) of
+  the device threads (every thread where no process names a device, as on a CPU)."""
+  with gzip.open(trace_path, 'rt') as f:
+    trace = json.load(f)
+  events = trace['traceEvents'] if isinstance(trace, dict) else trace
+  meta = lambda kind: {(e['pid'], e.get('tid')): e['args']['name'] for e in events  # noqa: E731
+                       if e.get('ph') == 'M' and e.get('name') == kind}
+  processes = {pid: name for (pid, _), name in meta('process_name').items()}
+  threads = meta('thread_name')
+  device = {pid for pid, name in processes.items() if re.search(r'GPU|TPU|/device', name)}
+  totals, busy = collections.defaultdict(lambda: [0.0, 0]), collections.Counter()
+  for e in events:
+    if e.get('ph') != 'X' or (device and e.get('pid') not in device):
+      continue
+    tid = e['pid'], e.get('tid')
+    thread = f"{processes.get(e['pid'], e['pid'])} / {threads.get(tid, tid[1])}"
+    totals[thread, e['name']][0] += e.get('dur', 0.0)
+    totals[thread, e['name']][1] += 1
+    busy[thread] += e.get('dur', 0.0)
+  return totals, busy
+
+
+def bench_profile(size: dict, out: str | None, profile_dir: str, steps: int = 3) -> list[dict]:
+  """Three base bf16 steps traced by jax.profiler: device milliseconds a step by thread and
+  by kernel, the largest 60; the trace and the optimized program are kept in profile_dir."""
+  if 'step' not in PROFILED:
+    _, lowered, state, batch = prepare_train('base', size, 'bfloat16', kernels='xla')
+    PROFILED['step'] = lowered.compile(), state, batch
+  step, state, batch = PROFILED.pop('step')
+  os.makedirs(profile_dir, exist_ok=True)
+  with open(os.path.join(profile_dir, 'base_step_hlo.txt'), 'w') as f:
+    f.write(step.as_text())
+  holder = [state]
+
+  def run():
+    holder[0], metrics = step(holder[0], batch)
+    return jax.block_until_ready(metrics)
+  run()
+  with tempfile.TemporaryDirectory() as log_dir:
+    with jax.profiler.trace(log_dir, create_perfetto_trace=True):
+      for _ in range(steps):
+        run()
+    [path] = glob.glob(os.path.join(log_dir, '**', 'perfetto_trace.json.gz'), recursive=True)
+    shutil.copy(path, os.path.join(profile_dir, 'base_step_trace.json.gz'))
+  totals, busy = device_kernel_times(os.path.join(profile_dir, 'base_step_trace.json.gz'))
+  lines = [emit({'part': 'profile', 'thread': thread,
+                 'busy_ms_per_step': round(us / steps / 1e3, 2)}, out)
+           for thread, us in busy.most_common(6)]
+  for (thread, name), (us, calls) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:60]:
+    lines.append(emit({'part': 'profile', 'thread': thread, 'kernel': name[:120],
+                       'ms_per_step': round(us / steps / 1e3, 3), 'calls_per_step': calls / steps},
+                      out))
   return lines
 
 
@@ -304,11 +546,14 @@ def table(lines: list[dict]) -> str:
   """The lines as one markdown table: part, what, the figure that matters."""
   rows = ['| part | what | figure |', '|---|---|---|']
   for line in lines:
-    what = ' '.join(str(line[k]) for k in ('config', 'dtype', 'shape', 'batch', 'sentences',
-                                           'cache', 'mode') if k in line)
+    what = ' '.join(str(line[k]) for k in ('form', 'config', 'dtype', 'shape', 'batch',
+                                           'sentences', 'cache', 'mode', 'thread', 'kernel')
+                    if k in line)
     figure = ', '.join(f'{k} {line[k]}' for k in (
-        'tflop_per_s', 'ms', 'tokens_per_s', 'fraction_of_peak', 'sentences_per_s',
-        'bf16_ids_equal_float32_share', 'seconds', 'compile_s', 'process_s', 'sacrebleu')
+        'tflop_per_s', 'ms', 'tokens_per_s', 'fraction_of_peak', 'vs_xla', 'sentences_per_s',
+        'ids_equal_xla_share', 'bf16_ids_equal_float32_share', 'busy_ms_per_step',
+        'ms_per_step', 'calls_per_step', 'seconds', 'compile_s', 'process_s', 'sacrebleu',
+        'error')
         if line.get(k) is not None)
     rows.append(f"| {line['part']} | {what} | {figure} |")
   return '\n'.join(rows)
@@ -318,13 +563,20 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--size', default='auto', choices=('auto', 'full', 'tiny'),
                       help="auto: 'tiny' on a CPU, else 'full'")
-  parser.add_argument('--parts', default=','.join(PARTS))
+  parser.add_argument('--parts', default=','.join(DEFAULT_PARTS),
+                      help=f"of {','.join(PARTS)}")
+  parser.add_argument('--forms', default=','.join(FORMS), help='forms: the train step forms')
+  parser.add_argument('--decode-forms', default=','.join(DECODE_FORMS),
+                      help='forms: the beam search forms')
   parser.add_argument('--configs', default='base,big', help='train: of ' + ','.join(common.CONFIGS))
   parser.add_argument('--dtypes', default='bfloat16,float32', help='train and decode')
   parser.add_argument('--sentences', default='', help='decode: sentence counts (64,512)')
   parser.add_argument('--kernels', default='auto', choices=('auto', 'xla', 'cpu'),
                       help='config.model.kernels of every model (t2t_jax/model/kernels.py)')
   parser.add_argument('--out', default=None, help='also append the JSON lines to this file')
+  parser.add_argument('--profile-dir', default=None,
+                      help="profile: where the trace and the program go (default: a new "
+                      "temporary folder)")
   parser.add_argument('--probe-compile', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()
   size_name = args.size if args.size != 'auto' else (
@@ -336,9 +588,12 @@ def main() -> None:
   if args.sentences:
     size['sentences'] = tuple(int(n) for n in args.sentences.split(','))
   configs, dtypes = args.configs.split(','), args.dtypes.split(',')
-  unknown = sorted(set(parts) - set(PARTS))
-  if unknown:
-    parser.error(f'--parts: {unknown} not among {PARTS}')
+  forms, decode_forms = args.forms.split(','), args.decode_forms.split(',')
+  for flag, names, known in (('--parts', parts, PARTS), ('--forms', forms, FORMS),
+                             ('--decode-forms', decode_forms, DECODE_FORMS)):
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+      parser.error(f'{flag}: {unknown} not among {tuple(known)}')
   device = jax.devices()[0]
   lines = [emit({'part': 'device', 'backend': jax.default_backend(),
                  'device_kind': device.device_kind, 'devices': jax.device_count(),
@@ -351,6 +606,9 @@ def main() -> None:
     peak = matmul[0]['tflop_per_s'] * 1e12
   benches = {'train': lambda: bench_train(size, peak, args.out, configs, dtypes),
              'peer': lambda: bench_peer(size, peak, args.out),
+             'forms': lambda: bench_forms(size, peak, args.out, forms, decode_forms),
+             'profile': lambda: bench_profile(size, args.out,
+                                              args.profile_dir or tempfile.mkdtemp()),
              'decode': lambda: bench_decode(size, args.out, dtypes),
              'compile': lambda: bench_compile(size_name, args.out),
              'demo': lambda: bench_demo(size, args.out)}

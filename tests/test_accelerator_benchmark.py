@@ -13,9 +13,11 @@ from helpers import ROOT, cpu_env
 def test_the_accelerator_benchmark_runs_every_part(tmp_path):
   out = tmp_path / 'figures.jsonl'
   env = cpu_env(None)  # one CPU device, as on one accelerator
+  parts = 'matmul,train,forms,profile,peer,decode,compile,demo'
   result = subprocess.run([sys.executable, 'benchmarks/accelerator.py', '--size=tiny',
-                           f'--out={out}'], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
+                           f'--out={out}', f'--parts={parts}', '--forms=xla,bf16 tied logits',
+                           '--decode-forms=xla,cpu forms', f'--profile-dir={tmp_path}/profile'],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
   lines = [json.loads(line) for line in open(out)]
   parts = [line['part'] for line in lines]
@@ -32,6 +34,18 @@ def test_the_accelerator_benchmark_runs_every_part(tmp_path):
       # The analytic count (model.train_step_flops) against XLA's own, which also counts
       # the elementwise work: the same order of magnitude.
       assert 0.5 < line['xla_gflop'] / line['analytic_gflop'] < 3
+  forms = [line for line in lines if line['part'] == 'forms']
+  assert [line['form'] for line in forms] == ['xla', 'bf16 tied logits']
+  assert forms[0]['vs_xla'] == 1 and forms[1]['vs_xla'] > 0
+  decode_forms = [(line['form'], line['sentences'], line['ids_equal_xla_share'])
+                  for line in lines if line['part'] == 'decode_forms']
+  # The CPU forms' top-k and maximum give lax.top_k's and jnp.max's beams.
+  assert decode_forms == [('xla', 4, 1), ('xla', 8, 1), ('cpu forms', 4, 1), ('cpu forms', 8, 1)]
+  profile = [line for line in lines if line['part'] == 'profile']
+  assert profile[0]['busy_ms_per_step'] > 0 and any('kernel' in line for line in profile)
+  assert 'HloModule' in (tmp_path / 'profile' / 'base_step_hlo.txt').read_text()[:200]
+  assert (tmp_path / 'profile' / 'base_step_trace.json.gz').stat().st_size > 0
   demo_eval = lines[-1]
   assert demo_eval['compilations'] > 0 and 0 <= demo_eval['sacrebleu'] <= 100
   assert (out.parent / 'figures.md').read_text().startswith('| part | what | figure |')
+

@@ -13,6 +13,7 @@ corpus. benchmarks/accelerator.py has its own test (test_accelerator_benchmark.p
 compilation.py runs only its shape statistics here: its compile children load the real
 configs, seconds each (run it by hand on $T2T_WMT_SAMPLE).
 """
+import gzip
 import importlib
 import json
 import os
@@ -307,3 +308,38 @@ def test_compilation_shape_statistics(bench, sample, monkeypatch, capsys):
                        'train_shapes', 'dev_shapes', 'batches_per_epoch', 'padding_efficiency'}
   lines = run_main(compilation, monkeypatch, capsys, '--sweep', '--shapes-per-minute=10')
   assert len(lines) == len(compilation.SWEEP) and 'compile_ahead_minutes' in lines[0]
+
+
+def test_the_profile_counts_the_device_threads_alone(bench, tmp_path):
+  """accelerator.py's profile part: a trace with a device process counts only its threads'
+  kernels, by thread and by kernel (the host's Python frames are no device time)."""
+  accelerator = bench('accelerator')
+  meta = lambda pid, tid, kind, name: {'ph': 'M', 'pid': pid, 'tid': tid, 'name': kind,  # noqa: E731
+                                       'args': {'name': name}}
+  kernel = lambda pid, tid, name, dur: {'ph': 'X', 'pid': pid, 'tid': tid, 'name': name,  # noqa: E731
+                                        'ts': 0, 'dur': dur}
+  events = [meta(1, 0, 'process_name', '/device:GPU:0'), meta(1, 7, 'thread_name', 'Stream #7'),
+            meta(2, 0, 'process_name', '/host:CPU'), meta(2, 3, 'thread_name', 'python'),
+            kernel(1, 7, 'gemm', 5.0), kernel(1, 7, 'gemm', 7.0), kernel(1, 7, 'fusion', 2.0),
+            kernel(2, 3, 'PjitFunction', 100.0)]
+  path = tmp_path / 'trace.json.gz'
+  with gzip.open(path, 'wt') as f:
+    json.dump({'traceEvents': events}, f)
+  totals, busy = accelerator.device_kernel_times(str(path))
+  stream = '/device:GPU:0 / Stream #7'
+  assert dict(totals) == {(stream, 'gemm'): [12.0, 2], (stream, 'fusion'): [2.0, 1]}
+  assert dict(busy) == {stream: 14.0}
+
+
+def test_a_swapped_form_is_undone_whatever_happens(bench):
+  """accelerator.py's forms part: the 'xla' forms and the attention are restored after a
+  lowering, also one that fails."""
+  accelerator = bench('accelerator')
+  from t2t_jax.model import kernels, transformer  # noqa: PLC0415 -- beside the module under test
+  before = kernels.KERNELS['xla'], transformer.scaled_dot_product_attention
+  with pytest.raises(RuntimeError), accelerator.swapped(*accelerator.FORMS['cudnn attention']):
+    assert transformer.scaled_dot_product_attention is accelerator.cudnn_attention
+    raise RuntimeError('a form this backend cannot lower')
+  with accelerator.swapped(*accelerator.FORMS['hash dropout bits']):
+    assert kernels.KERNELS['xla'].dropout_bits is kernels.hash_bits
+  assert (kernels.KERNELS['xla'], transformer.scaled_dot_product_attention) == before
