@@ -518,3 +518,64 @@ def test_single_best_is_unchanged_by_n_best():
   np.testing.assert_array_equal(ids_1[:, 0], ids)
   np.testing.assert_array_equal(scores_1[:, 0], scores)
 
+
+# Ensembles: several models searched as one, by the mean of their log-probabilities.
+
+# A second model of EXACT's vocabulary with other sizes (an ensemble's runs may differ).
+OTHER = EXACT.replace(num_layers=2, d_model=8, d_ff=24, num_heads=1)
+
+
+def test_an_ensemble_of_one_model_is_that_model_bit_for_bit():
+  src = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0], [EOS, 0, 0, 0, 0]], np.int32)
+  params = model_params(SMALL, 2)
+  for n_best in (None, 3):
+    alone = decode.beam_search(params, src, config=SMALL, extra_length=6, n_best=n_best)
+    ensemble = decode.beam_search((params,), src, config=(SMALL,), extra_length=6,
+                                  n_best=n_best)
+    for ours, reference in zip(ensemble, alone, strict=True):  # ids, then scores
+      np.testing.assert_array_equal(ours, reference)
+
+
+def _ensemble_exhaustive_n_best(models, src_row, extra_length, alpha, n_best):
+  """The n_best best (ids, score) of every output w_1 … w_{n-1} EOS with n ≤ the limit,
+  scored by the mean over `models` ((params, config) pairs) of log P_m(Y|X), over lp(Y)."""
+  words = range(EOS + 1, EXACT.vocab_size)
+  outputs = [list(w) + [EOS] for n in range(output_limit(src_row, extra_length))
+             for w in itertools.product(words, repeat=n)]
+  # Each model's log P / lp, averaged: the mean of log P over the same lp.
+  scores = np.mean([_score(params, config, src_row, outputs, alpha)
+                    for params, config in models], axis=0)
+  return [(outputs[i], scores[i]) for i in np.argsort(-scores, kind='stable')[:n_best]]
+
+
+@pytest.mark.parametrize('alpha', [0.0, 0.6])
+def test_a_wide_beam_over_two_models_equals_exhaustive_search_of_their_mean(alpha):
+  """Two models of different sizes: with 64 beams nothing is pruned (as in
+  test_wide_beam_n_best_equals_exhaustive_top_n), so the 8 best are the top 8 of the mean
+  log-prob over all 85 and 21 outputs, and the single best is the first."""
+  src = np.array([[2, 3, 1], [4, 1, 0]], np.int32)  # limits 4 and 3 with extra_length 1
+  models = [(model_params(EXACT, 0, embedding_scale=1.5), EXACT),
+            (model_params(OTHER, 1, embedding_scale=1.5), OTHER)]
+  params, configs = tuple(p for p, _ in models), tuple(c for _, c in models)
+  ids, scores = decode.beam_search(params, src, config=configs, beam_size=64, alpha=alpha,
+                                   extra_length=1, n_best=8)
+  best_ids, best_scores = decode.beam_search(params, src, config=configs, beam_size=64,
+                                             alpha=alpha, extra_length=1)
+  for row in range(len(src)):
+    expected = _ensemble_exhaustive_n_best(models, src[row], 1, alpha, 8)
+    _check_n_best(ids[row], scores[row], expected)
+    assert trim(best_ids[row]) == expected[0][0]
+    np.testing.assert_allclose(best_scores[row], expected[0][1], rtol=1e-5)
+    # The models disagree: neither alone ranks the outputs as their mean does.
+    for model in models:
+      alone = _ensemble_exhaustive_n_best([model], src[row], 1, alpha, 8)
+      assert [ids for ids, _ in alone] != [ids for ids, _ in expected]
+
+
+def test_an_ensemble_takes_the_shortest_learned_range_and_checks_its_params():
+  learned = OTHER.replace(positional='learned', max_len=6)
+  assert decode.max_decode_length(4, (EXACT, learned), 50) == 6
+  assert decode.max_decode_length(4, (EXACT, EXACT), 50) == 54
+  with pytest.raises(ValueError, match='one parameter set per model, got 1 for 2'):
+    decode.beam_search((model_params(EXACT, 0),), np.ones((1, 3), np.int32),
+                       config=(EXACT, EXACT))
