@@ -82,6 +82,17 @@ def get_config() -> ml_collections.ConfigDict:
   # ----- Decoding and BLEU (§6.1) -----
   config.beam_size = 4  # §6.1
   config.beam_alpha = 0.6  # length penalty α, §6.1
+  # 'beam' (§6.1), 'greedy' (beam search with one beam, whatever beam_size) or 'sample':
+  # each token drawn from softmax(logits / sample_temperature) over the sample_top_k
+  # likeliest (0 = all), keyed by sample_seed and the sentence's line (back-translation)
+  config.decode_method = 'beam'
+  config.sample_temperature = 1.0
+  config.sample_top_k = 0
+  config.sample_seed = 0
+  # Other runs of the same vocabulary decoded with this one as an ensemble, 'DIR[:STEP],...'
+  # (their average if any, else their newest checkpoint): the mean of the models'
+  # log-probabilities at each step. Not the paper's; '' = this run alone.
+  config.ensemble = ''
   config.decode_extra_length = 50  # maximum output length = input length + 50, §6.1
   config.decode_tokens_per_batch = 4096  # padded source tokens per decoding batch
   config.max_decode_input_length = 1024  # longer inputs are truncated, with a warning

@@ -50,7 +50,8 @@ flags.DEFINE_string('output', None, 'translate: the output file (default: stdout
                     'Hugging Face MarianMT folder to write (new or empty).')
 flags.DEFINE_integer('n_best', None, 'translate: write the K best translations of each line, '
                      'as lines `LINE ||| TRANSLATION ||| SCORE` (LINE counted from 0, best '
-                     'first; K ≤ config.beam_size).', lower_bound=1)
+                     'first; K ≤ config.beam_size), or K samples with '
+                     'config.decode_method=sample.', lower_bound=1)
 flags.DEFINE_integer('stream_lines', 16, 'translate --input=-: the most lines decoded '
                      'together as they arrive.', lower_bound=1)
 flags.DEFINE_float('stream_wait', 0.1, 'translate --input=-: seconds a batch waits for more '

@@ -1,16 +1,23 @@
 """What several test modules share: the repository root, the command line in a subprocess, the
-tiny configs (a trained run's, a train step's, a text-file corpus's) and a dead process id.
-pytest puts tests/ on sys.path (no __init__.py), so a test module imports this as `helpers`."""
+tiny configs (a trained run's, a train step's, a text-file corpus's), a dead process id, and
+the tiny models that decoding is checked on against brute force.
+pytest puts tests/ on sys.path (no __init__.py), so a test module imports this as `helpers`.
+It starts no JAX backend (conftest.py sets XLA's flags after importing it)."""
 from __future__ import annotations
 
+import functools
 import os
 import random
 import subprocess
 import sys
 
+import jax
 import ml_collections
+import numpy as np
 
 from experiments import demo, wmt_ende_base
+from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
+from t2t_jax.model.transformer import ModelConfig, Transformer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -127,3 +134,60 @@ def make_config(tmp_path, n_train=600, **overrides) -> ml_collections.ConfigDict
   config.eval_tokens_per_batch = 256
   config.update(overrides)
   return config
+
+
+# ------------------------------------- tiny models for checking decoding against brute force
+
+SMALL = ModelConfig(vocab_size=13, num_layers=2, d_model=16, d_ff=32, num_heads=2,
+                    dropout_rate=0.0, deterministic=True)
+# Vocabulary: PAD, EOS and 4 words, so exhaustive search over short outputs is cheap.
+EXACT = SMALL.replace(vocab_size=6, num_layers=1)
+
+
+@functools.cache
+def _init_fn(config: ModelConfig):
+  dummy = np.ones((1, 2), np.int32)
+  return jax.jit(lambda rng: Transformer(config).init(rng, dummy, dummy)['params'])
+
+
+def model_params(config: ModelConfig, seed: int, embedding_scale: float = 3.0):
+  """Random weights; a larger embedding makes next-token distributions peaked, so that
+  near-ties (which float rounding could flip) are unlikely."""
+  params = _init_fn(config)(jax.random.PRNGKey(seed))
+  params['shared_embedding']['embedding'] *= embedding_scale
+  return params
+
+
+@functools.cache
+def full_logits_fn(config: ModelConfig):
+  """Teacher-forced logits [n, t, v] with no cache (Transformer.__call__): the reference."""
+  return jax.jit(lambda params, src, targets: Transformer(config).apply(
+      {'params': params}, src, targets))
+
+
+def padded(outputs, width: int) -> np.ndarray:
+  """Outputs (lists of ids) 0-padded to [n, width]: later positions cannot change earlier
+  logits (causal mask), and one width means one compilation of the reference."""
+  targets = np.zeros((len(outputs), width), np.int32)
+  for i, output in enumerate(outputs):
+    targets[i, :len(output)] = output
+  return targets
+
+
+def log_softmax64(logits) -> np.ndarray:
+  """log-softmax over the last axis in float64."""
+  logits = np.asarray(logits, np.float64)
+  shifted = logits - logits.max(axis=-1, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def output_limit(src_row, extra_length: int) -> int:
+  """Per-sentence maximum output length: input length + extra (§6.1), 1 without words."""
+  length = int((src_row != PAD_ID).sum())
+  return length + extra_length if (src_row > EOS_ID).any() else 1
+
+
+def trim(ids) -> list[int]:
+  """The output up to and including the first EOS."""
+  ids = list(np.asarray(ids))
+  return ids[:ids.index(EOS_ID) + 1] if EOS_ID in ids else ids

@@ -192,6 +192,8 @@ BAD_VALUES = [
     ('learning_rate_scale', -1.0), ('grad_accum_steps', 0), ('grad_accum_steps', True),
     ('seed', -1), ('seed', 2**63), ('seed', None),
     ('log_every_steps', 0), ('eval_every_steps', -100), ('beam_size', 0), ('beam_alpha', -0.6),
+    ('decode_method', 'top_p'), ('sample_temperature', 0.0), ('sample_temperature', -1.0),
+    ('sample_top_k', -1), ('sample_seed', -1), ('sample_seed', 2**32), ('ensemble', None),
     ('decode_extra_length', -1), ('decode_tokens_per_batch', 0), ('max_decode_input_length', 0),
     ('eval_split', 'valid'), ('eval_bleu_every_steps', -1), ('checkpoint_every_minutes', -10.0),
     ('checkpoint_every_steps', -1), ('keep_checkpoints', 0), ('average_last', 0),
@@ -245,6 +247,7 @@ def test_model_rules_cover_every_model_config_field():
      r'config\.model\.max_len: must be ≥ config\.max_length \(256\)'),
     ({'model.positional': 'learned', 'decode_extra_length': 512},
      r'config\.decode_extra_length: must be < config\.model\.max_len \(512\)'),
+    ({'sample_top_k': 37001}, r'config\.sample_top_k: must be ≤ config\.vocab_size \(37000\)'),
 ])
 def test_rules_across_keys(changes, message):
   config = wmt_ende_base.get_config()
@@ -463,6 +466,23 @@ def test_a_run_recorded_before_model_kernels_existed_reads_as_auto():
   assert ModelConfig.from_config(config, platform='cpu').kernels == 'cpu'
   assert ModelConfig.from_config(config, platform='cuda').kernels == 'xla'
   assert ModelConfig.from_config(config, platform='tpu').dtype == 'bfloat16'
+
+
+def test_a_run_recorded_before_sampling_and_ensembles_decodes_as_before():
+  """config.json of an older run has no decode_method, sample_* or ensemble: they read as
+  beam search of the run alone, and may be set as any decoding key."""
+  recorded = recorded_demo()
+  for key in recorded_run.ADDED_KEYS:
+    del recorded[key]
+  config = recorded_run.from_recorded(recorded, [], 'DIR/config.json')
+  assert {key: config[key] for key in recorded_run.ADDED_KEYS} == {
+      key: demo.get_config()[key] for key in recorded_run.ADDED_KEYS}
+  rules.validate(config, 'translate')
+  config = recorded_run.from_recorded(recorded, [
+      'config.decode_method=sample', 'config.sample_temperature=0.7', 'config.sample_seed=9',
+      'config.ensemble=runs/a:3,runs/b'], 'DIR/config.json')
+  assert (config.decode_method, config.sample_temperature, config.sample_seed,
+          config.ensemble) == ('sample', 0.7, 9, 'runs/a:3,runs/b')
 
 
 def test_a_recorded_config_comes_back_with_its_types_and_overrides():

@@ -8,76 +8,40 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from helpers import (
+  EXACT,
+  SMALL,
+  full_logits_fn,
+  log_softmax64,
+  model_params,
+  output_limit,
+  padded,
+  trim,
+)
 from t2t_jax.data import synthetic, tokenizer
 from t2t_jax.decoding import decode
 from t2t_jax.model import kernels
-from t2t_jax.model.transformer import PAD_ID, ModelConfig, Transformer
+from t2t_jax.model.transformer import PAD_ID, Transformer
 
 EOS = decode.EOS_ID
-SMALL = ModelConfig(vocab_size=13, num_layers=2, d_model=16, d_ff=32, num_heads=2,
-                    dropout_rate=0.0, deterministic=True)
-# Vocabulary: PAD, EOS and 4 words, so exhaustive search over short outputs is cheap.
-EXACT = SMALL.replace(vocab_size=6, num_layers=1)
-
-
-@functools.cache
-def _init_fn(config):
-  dummy = np.ones((1, 2), np.int32)
-  return jax.jit(lambda rng: Transformer(config).init(rng, dummy, dummy)['params'])
-
-
-def _params(config, seed, embedding_scale=3.0):
-  """Random weights; a larger embedding makes next-token distributions peaked, so that
-  near-ties (which float rounding could flip) are unlikely."""
-  params = _init_fn(config)(jax.random.PRNGKey(seed))
-  params['shared_embedding']['embedding'] *= embedding_scale
-  return params
-
-
-@functools.cache
-def _full_logits_fn(config):
-  """Teacher-forced logits [n, t, v] with no cache (Transformer.__call__): the reference."""
-  return jax.jit(lambda params, src, targets: Transformer(config).apply(
-      {'params': params}, src, targets))
-
-
-def _padded(outputs, width):
-  """Outputs (lists of ids) 0-padded to [n, width]: later positions cannot change earlier
-  logits (causal mask), and one width means one compilation of the reference."""
-  targets = np.zeros((len(outputs), width), np.int32)
-  for i, output in enumerate(outputs):
-    targets[i, :len(output)] = output
-  return targets
-
-
-def _log_softmax(logits):
-  logits = np.asarray(logits, np.float64)
-  shifted = logits - logits.max(axis=-1, keepdims=True)
-  return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def _score(params, config, src_row, outputs, alpha, width=16):
   """log P(Y|X) / lp(Y) of each output (ids ending in EOS), by full re-decoding."""
-  targets = _padded(outputs, width)  # [n, width]
+  targets = padded(outputs, width)  # [n, width]
   src = np.repeat(src_row[None], len(outputs), axis=0)
-  logp = _log_softmax(_full_logits_fn(config)(params, src, targets))  # [n, width, v]
+  logp = log_softmax64(full_logits_fn(config)(params, src, targets))  # [n, width, v]
   token_logp = np.take_along_axis(logp, targets[:, :, None], axis=2)[:, :, 0]
   lengths = np.array([len(output) for output in outputs])
   total = np.where(np.arange(width) < lengths[:, None], token_logp, 0.0).sum(axis=1)
   return total / ((5.0 + lengths) / 6.0) ** alpha
 
 
-def _limit(src_row, extra_length):
-  """Per-sentence maximum output length: input length + extra (§6.1), 1 without words."""
-  length = int((src_row != PAD_ID).sum())
-  return length + extra_length if (src_row > EOS).any() else 1
-
-
 def _exhaustive_n_best(params, config, src_row, extra_length, alpha, n_best):
   """The n_best best (ids, score) over every output w_1 … w_{n-1} EOS with n ≤ the limit,
   best first."""
   words = range(EOS + 1, config.vocab_size)  # neither PAD nor EOS
-  outputs = [list(w) + [EOS] for n in range(_limit(src_row, extra_length))
+  outputs = [list(w) + [EOS] for n in range(output_limit(src_row, extra_length))
              for w in itertools.product(words, repeat=n)]
   scores = _score(params, config, src_row, outputs, alpha)
   return [(outputs[i], scores[i]) for i in np.argsort(-scores, kind='stable')[:n_best]]
@@ -88,16 +52,10 @@ def _exhaustive(params, config, src_row, extra_length, alpha):
   return _exhaustive_n_best(params, config, src_row, extra_length, alpha, 1)[0]
 
 
-def _trim(ids):
-  """The output up to and including the first EOS."""
-  ids = list(np.asarray(ids))
-  return ids[:ids.index(EOS) + 1] if EOS in ids else ids
-
-
 def _constant_params(config, logits):
   """Weights whose decoder ignores its input: every step has the same next-token logits,
   `logits[token]` for the tokens given and -30 for the rest."""
-  params = _params(config, 0, embedding_scale=1.0)
+  params = model_params(config, 0, embedding_scale=1.0)
   last = params['decoder'][f'layer_{config.num_layers - 1}']['ffn_sublayer']['layer_norm']
   last['scale'] = jnp.zeros_like(last['scale'])  # the decoder output is the bias alone
   last['bias'] = jnp.zeros_like(last['bias']).at[0].set(1.0)
@@ -105,7 +63,7 @@ def _constant_params(config, logits):
   column[list(logits)] = list(logits.values())
   params['shared_embedding']['embedding'] = params['shared_embedding']['embedding'].at[
       :, 0].set(column)
-  return params, _log_softmax(column)
+  return params, log_softmax64(column)
 
 
 _jit_search = jax.jit(decode.search, static_argnames=(
@@ -134,7 +92,7 @@ def test_cached_steps_with_reordering_equal_full_decoding():
   rng = np.random.default_rng(0)
   src = rng.integers(2, c.vocab_size, (b, 5)).astype(np.int32)
   src[1, 3:] = PAD_ID
-  params = _params(c, 0, embedding_scale=1.0)
+  params = model_params(c, 0, embedding_scale=1.0)
   # Jitted only to spare op-by-op dispatch; the functions are those beam search uses.
   encoded = jax.jit(functools.partial(Transformer(c).apply, method=Transformer.encode))(
       {'params': params}, src)
@@ -151,8 +109,8 @@ def test_cached_steps_with_reordering_equal_full_decoding():
     ancestry, mask = mask_fn(state.ancestry, t, length=steps)
     logits, cache = step(params, state.cache, encoded, src, last, beam_mask=mask, config=c)
     state = decode.CacheState(cache, ancestry)
-    targets = _padded(list(history.reshape(b * k, t)), steps)  # [b·k, steps]
-    full = _full_logits_fn(c)(params, src_k, targets)
+    targets = padded(list(history.reshape(b * k, t)), steps)  # [b·k, steps]
+    full = full_logits_fn(c)(params, src_k, targets)
     np.testing.assert_allclose(logits.reshape(b * k, -1), full[:, t], rtol=1e-5, atol=1e-5)
     history = np.concatenate([history, rng.integers(2, c.vocab_size, (b, k, 1))], axis=2)
     parents = rng.integers(0, k, (b, k))  # with repeats: some beams die, some split
@@ -178,32 +136,32 @@ def test_ancestry_mask_follows_the_parents():
 def test_wide_beam_equals_exhaustive_search(seed, alpha):
   """With 64 beams no prefix of ≤ 3 words is ever pruned, so beam search is exact."""
   src = np.array([[2, 3, 1], [4, 1, 0]], np.int32)  # limits 4 and 3 with extra_length 1
-  params = _params(EXACT, seed)
+  params = model_params(EXACT, seed)
   ids, scores = decode.beam_search(params, src, config=EXACT, beam_size=64, alpha=alpha,
                                    extra_length=1)
   for row in range(len(src)):
     best_ids, best_score = _exhaustive(params, EXACT, src[row], 1, alpha)
-    assert _trim(ids[row]) == best_ids
+    assert trim(ids[row]) == best_ids
     np.testing.assert_allclose(scores[row], best_score, rtol=1e-5)
 
 
 def test_wide_beam_equals_exhaustive_search_length_5():
   src = np.array([[5, 3, 1], [2, 0, 0]], np.int32)  # limits 5 and 3 with extra_length 2
-  params = _params(EXACT, 3)
+  params = model_params(EXACT, 3)
   ids, scores = decode.beam_search(params, src, config=EXACT, beam_size=256, alpha=0.6,
                                    extra_length=2)
   for row in range(len(src)):
     best_ids, best_score = _exhaustive(params, EXACT, src[row], 2, 0.6)
-    assert _trim(ids[row]) == best_ids
+    assert trim(ids[row]) == best_ids
     np.testing.assert_allclose(scores[row], best_score, rtol=1e-5)
 
 
 def _python_greedy(params, config, src_row, extra_length, alpha, width=48):
   """Argmax of the fully re-decoded next-token log-probs until EOS or the length limit."""
-  limit, outputs = _limit(src_row, extra_length), []
+  limit, outputs = output_limit(src_row, extra_length), []
   while not outputs or outputs[-1] != EOS:
-    logits = _full_logits_fn(config)(params, src_row[None], _padded([outputs], width))
-    logp = _log_softmax(logits[0, len(outputs)])
+    logits = full_logits_fn(config)(params, src_row[None], padded([outputs], width))
+    logp = log_softmax64(logits[0, len(outputs)])
     logp[PAD_ID] = -np.inf
     outputs.append(EOS if len(outputs) + 1 == limit else int(logp.argmax()))
   return outputs, _score(params, config, src_row, [outputs], alpha, width)[0]
@@ -214,12 +172,12 @@ def test_greedy_decode_equals_python_greedy_loop(seed, extra_length):
   """With extra_length 30 the cache grows twice (segment_lengths: 16, 32, 35) and this seed
   emits EOS at 25 and 27 tokens, unforced."""
   src = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0], [12, 5, 6, 1, 0]], np.int32)
-  params = _params(SMALL, seed, embedding_scale=1.0 if extra_length > 6 else 3.0)
+  params = model_params(SMALL, seed, embedding_scale=1.0 if extra_length > 6 else 3.0)
   ids, scores = decode.greedy_decode(params, src, config=SMALL, extra_length=extra_length)
   lengths = []
   for row in range(len(src)):
     expected_ids, expected_score = _python_greedy(params, SMALL, src[row], extra_length, 0.6)
-    assert _trim(ids[row]) == expected_ids
+    assert trim(ids[row]) == expected_ids
     np.testing.assert_allclose(scores[row], expected_score, rtol=1e-5)
     lengths.append(len(expected_ids))
   assert len(set(lengths)) > 1  # EOS chosen at different steps: not all forced at the limit
@@ -253,7 +211,7 @@ def test_search_stops_at_the_first_step_the_bound_allows(alpha, limit, n_best):
   assert int(beams.step) == stop < limit
   best = np.argsort(finished[:stop])[::-1][:kept]  # output lengths - 1, best first
   seqs = beams.finished_seq.reshape(kept, -1)[:, 1:]  # [n, T]
-  assert [_trim(seq) for seq in seqs] == [[7] * int(i) + [EOS] for i in best]
+  assert [trim(seq) for seq in seqs] == [[7] * int(i) + [EOS] for i in best]
   np.testing.assert_allclose(beams.finished_score.reshape(kept), np.take(finished, best),
                              rtol=1e-5)
 
@@ -271,7 +229,7 @@ def test_an_empty_row_does_not_keep_an_n_best_search_running():
   np.testing.assert_array_equal(beams.finished_seq[0], alone.finished_seq[0])
   np.testing.assert_allclose(beams.finished_score[1], [logp[EOS], -np.inf, -np.inf],
                              rtol=1e-6)
-  assert _trim(beams.finished_seq[1, 0, 1:]) == [EOS]
+  assert trim(beams.finished_seq[1, 0, 1:]) == [EOS]
 
 
 def test_beam_size_1_is_greedy_even_where_a_wider_beam_finds_better():
@@ -281,8 +239,8 @@ def test_beam_size_1_is_greedy_even_where_a_wider_beam_finds_better():
   src = np.full((1, 5), 4, np.int32)
   greedy_ids, _ = decode.beam_search(params, src, config=SMALL, beam_size=1, alpha=3.0)
   beam_ids, _ = decode.beam_search(params, src, config=SMALL, beam_size=2, alpha=3.0)
-  assert _trim(greedy_ids[0]) == [EOS]
-  assert len(_trim(beam_ids[0])) > 1
+  assert trim(greedy_ids[0]) == [EOS]
+  assert len(trim(beam_ids[0])) > 1
 
 
 @pytest.mark.parametrize('alpha,n_best', [(0.0, None), (0.6, None), (1.5, None), (0.0, 2),
@@ -293,20 +251,20 @@ def test_early_stopping_changes_nothing_but_the_step_count(alpha, n_best):
   rng = np.random.default_rng(1)
   src = rng.integers(2, EXACT.vocab_size, (8, 6)).astype(np.int32)
   src[np.arange(6)[None, :] >= rng.integers(1, 7, (8, 1))] = PAD_ID  # lengths 1..6
-  params = _params(EXACT, 5, embedding_scale=2.0)
+  params = model_params(EXACT, 5, embedding_scale=2.0)
   run = functools.partial(_jit_search, params, src, config=EXACT, beam_size=3, alpha=alpha,
                           extra_length=12, n_best=n_best)
   early, full = run(early_stop=True), run(early_stop=False)
   np.testing.assert_array_equal(early.finished_seq, full.finished_seq)
   np.testing.assert_allclose(early.finished_score, full.finished_score, rtol=1e-6)
-  assert int(full.step) == max(_limit(row, 12) for row in src)
+  assert int(full.step) == max(output_limit(row, 12) for row in src)
   assert int(early.step) < int(full.step)  # it did stop early
 
 
 def test_uncached_search_equals_cached_search():
   """Over three cache lengths (16, 32, 35): growing the cache loses nothing."""
   src = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0]], np.int32)
-  params = _params(SMALL, 8, embedding_scale=1.0)  # outputs of 35 and 16 tokens
+  params = model_params(SMALL, 8, embedding_scale=1.0)  # outputs of 35 and 16 tokens
   kwargs = dict(config=SMALL, beam_size=4, extra_length=30, early_stop=False)
   ids, scores = decode.beam_search(params, src, **kwargs)
   ids_uncached, scores_uncached = decode.beam_search(params, src, use_cache=False, **kwargs)
@@ -326,15 +284,15 @@ def test_each_sentence_has_its_own_length_limit(positional):
   ids, scores = decode.beam_search(params, src, config=c, extra_length=3)
   cap = 12 if positional == 'learned' else 13
   assert ids.shape == (3, cap)
-  assert [len(_trim(row)) for row in ids] == [cap, 1 + 3, 1]
-  assert all(_trim(row)[:-1] == [7] * (len(_trim(row)) - 1) for row in ids)
+  assert [len(trim(row)) for row in ids] == [cap, 1 + 3, 1]
+  assert all(trim(row)[:-1] == [7] * (len(trim(row)) - 1) for row in ids)
   assert np.isfinite(scores).all()
 
 
 @pytest.mark.parametrize('empty', [[0, 0, 0, 0, 0], [EOS, 0, 0, 0, 0]])
 def test_empty_source_row_decodes_to_eos_without_nan(empty):
   src = np.array([[4, 9, 7, 2, 1], empty], np.int32)
-  params = _params(SMALL, 4)
+  params = model_params(SMALL, 4)
   ids, scores = decode.beam_search(params, src, config=SMALL, extra_length=5)
   assert list(np.asarray(ids[1])) == [EOS] + [PAD_ID] * (ids.shape[1] - 1)
   assert np.isfinite(scores).all()
@@ -353,7 +311,7 @@ def test_eos_id_is_the_tokenizers():
                                     dict(beam_size=1, n_best=2), dict(n_best=0)])
 def test_bad_arguments_are_refused(kwargs):
   with pytest.raises(ValueError, match='n_best' if 'n_best' in kwargs else 'beam_size'):
-    decode.beam_search(_params(SMALL, 0), np.ones((1, 3), np.int32), config=SMALL, **kwargs)
+    decode.beam_search(model_params(SMALL, 0), np.ones((1, 3), np.int32), config=SMALL, **kwargs)
 
 
 @pytest.mark.parametrize('n,k', [(148_000, 8), (148_000, 1), (20_000, 2), (8000, 8), (97, 4)])
@@ -399,7 +357,7 @@ def test_the_decoding_cache_is_not_copied_each_step():
   and values in place, where XLA's default analysis copied them every step (checked in the
   compiled program: no copy of a full-length cache array; with the analysis off, copies)."""
   src = np.array([[5, 6, 7, 1], [4, 1, 0, 0]], np.int32)
-  lowered = decode.beam_search.lower(_params(SMALL, 0), src, config=SMALL, beam_size=4,
+  lowered = decode.beam_search.lower(model_params(SMALL, 0), src, config=SMALL, beam_size=4,
                                      early_stop=False)
   length = decode.max_decode_length(src.shape[1], SMALL, 50)
   h, d = SMALL.num_heads, SMALL.key_size
@@ -428,13 +386,13 @@ def _python_beam_search(params, config, src_row, extra_length, alpha, beam, n_be
   by a stable sort of everything that ever finished, in the order it finished, so a tie
   keeps the earlier one.
   """
-  limit, vocab = _limit(src_row, extra_length), config.vocab_size
+  limit, vocab = output_limit(src_row, extra_length), config.vocab_size
   live, finished = [([], 0.0)], []  # (prefix, log P); (output, score)
   for t in range(limit):
     prefixes = [prefix for prefix, _ in live] + [[]] * (beam - len(live))  # one shape
-    logits = _full_logits_fn(config)(params, np.repeat(src_row[None], beam, axis=0),
-                                     _padded(prefixes, width))
-    logp = _log_softmax(logits[:len(live), t])  # [live, v]
+    logits = full_logits_fn(config)(params, np.repeat(src_row[None], beam, axis=0),
+                                     padded(prefixes, width))
+    logp = log_softmax64(logits[:len(live), t])  # [live, v]
     logp[:, PAD_ID] = -np.inf
     if t + 1 == limit:  # only EOS may follow
       logp[:, np.arange(vocab) != EOS] = -np.inf
@@ -451,7 +409,7 @@ def _check_n_best(ids, scores, expected):
   """ids [n, T] and scores [n] of one sentence against the expected (ids, score) list; the
   slots beyond it hold no hypothesis (0s, -inf)."""
   for j, (expected_ids, expected_score) in enumerate(expected):
-    assert _trim(ids[j]) == expected_ids, j
+    assert trim(ids[j]) == expected_ids, j
     np.testing.assert_allclose(scores[j], expected_score, rtol=1e-5)
   assert np.all(np.asarray(ids[len(expected):]) == PAD_ID)
   assert np.all(np.asarray(scores[len(expected):]) == -np.inf)
@@ -465,7 +423,7 @@ def test_wide_beam_n_best_equals_exhaustive_top_n(seed, alpha):
   finite. So every output (85 and 21 here) finishes, and the n best are exactly the top n
   of exhaustive search."""
   src = np.array([[2, 3, 1], [4, 1, 0]], np.int32)  # limits 4 and 3 with extra_length 1
-  params = _params(EXACT, seed)
+  params = model_params(EXACT, seed)
   ids, scores = decode.beam_search(params, src, config=EXACT, beam_size=64, alpha=alpha,
                                    extra_length=1, n_best=8)
   assert ids.shape == (2, 8, 4) and scores.shape == (2, 8)
@@ -483,7 +441,7 @@ def test_n_best_equals_python_beam_search(beam, n_best):
   other slots stay empty."""
   src = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0], [12, 5, 6, 1, 0], [EOS, 0, 0, 0, 0]],
                  np.int32)
-  params = _params(SMALL, 2)
+  params = model_params(SMALL, 2)
   beams = _jit_search(params, src, config=SMALL, beam_size=beam, alpha=0.6, extra_length=6,
                       n_best=n_best)
   for row in range(len(src)):
@@ -497,7 +455,7 @@ def test_n_best_hypotheses_are_sorted_distinct_and_end_in_eos():
   sorted, end in EOS (then 0s), score log P / lp by full re-decoding, and the first is the
   single best of n_best=None."""
   src = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0]], np.int32)
-  params = _params(SMALL, 8, embedding_scale=1.0)  # outputs of 35 and 16 tokens
+  params = model_params(SMALL, 8, embedding_scale=1.0)  # outputs of 35 and 16 tokens
   kwargs = dict(config=SMALL, beam_size=4, extra_length=30)
   ids, scores = decode.beam_search(params, src, n_best=4, **kwargs)  # [b, 4, T], [b, 4]
   best_ids, best_scores = decode.beam_search(params, src, **kwargs)
@@ -505,7 +463,7 @@ def test_n_best_hypotheses_are_sorted_distinct_and_end_in_eos():
   np.testing.assert_array_equal(scores[:, 0], best_scores)
   assert np.isfinite(scores).all() and np.all(np.diff(scores, axis=1) <= 0)
   for row in range(len(src)):
-    outputs = [_trim(output) for output in ids[row]]
+    outputs = [trim(output) for output in ids[row]]
     assert all(output[-1] == EOS and EOS not in output[:-1] for output in outputs)
     assert all(np.all(np.asarray(ids[row, j, len(output):]) == PAD_ID)
                for j, output in enumerate(outputs))
@@ -550,12 +508,74 @@ def test_single_best_is_unchanged_by_n_best():
   before their limits of 8 and 10): n_best=None still gives them, and n_best=1 the same
   numbers with an n axis of 1."""
   src = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0], [12, 5, 6, 1, 0]], np.int32)
-  params = _params(SMALL, 1)
+  params = model_params(SMALL, 1)
   ids, scores = decode.beam_search(params, src, config=SMALL, extra_length=6)
-  assert [_trim(row) for row in ids] == [[3] * 10 + [EOS], [3, 3, EOS], [3, 3, 3, EOS]]
+  assert [trim(row) for row in ids] == [[3] * 10 + [EOS], [3, 3, EOS], [3, 3, 3, EOS]]
   np.testing.assert_allclose(scores, [-4.848259925842285, -3.381378412246704,
                                       -4.282695293426514], rtol=1e-6)
   ids_1, scores_1 = decode.beam_search(params, src, config=SMALL, extra_length=6, n_best=1)
   assert ids_1.shape == (3, 1, ids.shape[1]) and scores_1.shape == (3, 1)
   np.testing.assert_array_equal(ids_1[:, 0], ids)
   np.testing.assert_array_equal(scores_1[:, 0], scores)
+
+
+# Ensembles: several models searched as one, by the mean of their log-probabilities.
+
+# A second model of EXACT's vocabulary with other sizes (an ensemble's runs may differ).
+OTHER = EXACT.replace(num_layers=2, d_model=8, d_ff=24, num_heads=1)
+
+
+def test_an_ensemble_of_one_model_is_that_model_bit_for_bit():
+  src = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0], [EOS, 0, 0, 0, 0]], np.int32)
+  params = model_params(SMALL, 2)
+  for n_best in (None, 3):
+    alone = decode.beam_search(params, src, config=SMALL, extra_length=6, n_best=n_best)
+    ensemble = decode.beam_search((params,), src, config=(SMALL,), extra_length=6,
+                                  n_best=n_best)
+    for ours, reference in zip(ensemble, alone, strict=True):  # ids, then scores
+      np.testing.assert_array_equal(ours, reference)
+
+
+def _ensemble_exhaustive_n_best(models, src_row, extra_length, alpha, n_best):
+  """The n_best best (ids, score) of every output w_1 … w_{n-1} EOS with n ≤ the limit,
+  scored by the mean over `models` ((params, config) pairs) of log P_m(Y|X), over lp(Y)."""
+  words = range(EOS + 1, EXACT.vocab_size)
+  outputs = [list(w) + [EOS] for n in range(output_limit(src_row, extra_length))
+             for w in itertools.product(words, repeat=n)]
+  # Each model's log P / lp, averaged: the mean of log P over the same lp.
+  scores = np.mean([_score(params, config, src_row, outputs, alpha)
+                    for params, config in models], axis=0)
+  return [(outputs[i], scores[i]) for i in np.argsort(-scores, kind='stable')[:n_best]]
+
+
+@pytest.mark.parametrize('alpha', [0.0, 0.6])
+def test_a_wide_beam_over_two_models_equals_exhaustive_search_of_their_mean(alpha):
+  """Two models of different sizes: with 64 beams nothing is pruned (as in
+  test_wide_beam_n_best_equals_exhaustive_top_n), so the 8 best are the top 8 of the mean
+  log-prob over all 85 and 21 outputs, and the single best is the first."""
+  src = np.array([[2, 3, 1], [4, 1, 0]], np.int32)  # limits 4 and 3 with extra_length 1
+  models = [(model_params(EXACT, 0, embedding_scale=1.5), EXACT),
+            (model_params(OTHER, 1, embedding_scale=1.5), OTHER)]
+  params, configs = tuple(p for p, _ in models), tuple(c for _, c in models)
+  ids, scores = decode.beam_search(params, src, config=configs, beam_size=64, alpha=alpha,
+                                   extra_length=1, n_best=8)
+  best_ids, best_scores = decode.beam_search(params, src, config=configs, beam_size=64,
+                                             alpha=alpha, extra_length=1)
+  for row in range(len(src)):
+    expected = _ensemble_exhaustive_n_best(models, src[row], 1, alpha, 8)
+    _check_n_best(ids[row], scores[row], expected)
+    assert trim(best_ids[row]) == expected[0][0]
+    np.testing.assert_allclose(best_scores[row], expected[0][1], rtol=1e-5)
+    # The models disagree: neither alone ranks the outputs as their mean does.
+    for model in models:
+      alone = _ensemble_exhaustive_n_best([model], src[row], 1, alpha, 8)
+      assert [ids for ids, _ in alone] != [ids for ids, _ in expected]
+
+
+def test_an_ensemble_takes_the_shortest_learned_range_and_checks_its_params():
+  learned = OTHER.replace(positional='learned', max_len=6)
+  assert decode.max_decode_length(4, (EXACT, learned), 50) == 6
+  assert decode.max_decode_length(4, (EXACT, EXACT), 50) == 54
+  with pytest.raises(ValueError, match='one parameter set per model, got 1 for 2'):
+    decode.beam_search((model_params(EXACT, 0),), np.ones((1, 3), np.int32),
+                       config=(EXACT, EXACT))

@@ -189,6 +189,28 @@ def test_evaluations_of_other_splits_params_or_settings_do_not_overwrite(workdir
     assert name.startswith(f'{scores["split"]}-') and f'-beam{scores["beam_size"]}-' in name
 
 
+def test_evaluations_by_sampling_or_an_ensemble_name_their_search(workdir):
+  """Sampling and an ensemble evaluate into folders of their own and record their settings
+  (beam search of one run records none, so its folders keep their names); an ensemble of
+  the run with itself translates as the run does."""
+  runs = {'beam': ({}, 'beam4-alpha0.6-extra5'),
+          'ensemble': ({'ensemble': workdir}, 'beam4-alpha0.6-ensemble2-extra5'),
+          'sample': ({'decode_method': 'sample', 'sample_seed': 2}, 'sample-T1-top0-seed2-extra5')}
+  scores, hypotheses = {}, {}
+  for name, (changes, readable) in runs.items():
+    config = tiny_config()
+    config.update(changes)
+    scores[name] = evaluate.run_eval(config, workdir)
+    kind, step = scores[name]['params'].split('/')  # averaged if an earlier test averaged
+    folder = eval_folder(workdir, f'test-{kind.rstrip("s")}-{step}-{readable}')
+    hypotheses[name] = open(os.path.join(folder, 'hypotheses.txt')).read()
+  assert hypotheses['ensemble'] == hypotheses['beam'] != hypotheses['sample']
+  assert [(m['workdir'], m['params']) for m in scores['ensemble']['ensemble']] == [
+      (workdir, scores['beam']['params'])]
+  assert (scores['sample']['decode_method'], scores['sample']['sample_seed']) == ('sample', 2)
+  assert not {'decode_method', 'ensemble'} & set(scores['beam'])
+
+
 def eval_folder(workdir, readable):
   """eval/<readable>-<fingerprint>: the one evaluation folder of that readable name."""
   found = [n for n in os.listdir(os.path.join(workdir, 'eval'))

@@ -4,6 +4,7 @@ The tiny trained run (`tiny_workdir`, conftest.py) is the one of test_evaluate.p
 synthetic task whose text is its ids ('5 6 7').
 """
 import io
+import json
 import logging
 import os
 import re
@@ -231,3 +232,111 @@ def test_loading_a_run_warns_of_nothing(tiny_workdir, caplog):
   caplog.set_level(logging.WARNING)
   Translator.from_workdir(tiny_workdir, {'decode_params': 'checkpoint'})
   assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+# Sampling (config.decode_method='sample') and ensembles (config.ensemble).
+
+LINES = ['5 6 7', '', '9 9 9 9 9 9 9 9', '3', '11 12', '8 8 8 8 8 8 8 8 8 8', '4 4']
+SAMPLED = dict(method='sample', seed=3, temperature=1.5)
+
+
+def test_samples_are_keyed_by_line_not_by_batch(loaded):
+  """A line's sample is the same in batches of other sizes and alone (with its line
+  number); another seed gives others; top_k=1 is greedy decoding, which is beam search
+  with one beam; n samples are scored log P(Y|X) by the model, without lp."""
+  sampled = loaded.translate(LINES, **SAMPLED)
+  assert sampled[1] == '' and loaded.translate(LINES, max_rows=2, **SAMPLED) == sampled
+  assert loaded.translate(LINES[5], first_line=6, **SAMPLED) == sampled[5]
+  assert loaded.translate(LINES, method='sample', seed=4, temperature=1.5) != sampled
+  greedy = loaded.translate(LINES, method='greedy')
+  assert loaded.translate(LINES, method='sample', top_k=1) == greedy
+  assert loaded.translate(LINES, beam_size=1) == greedy
+  lists = loaded.translate(LINES[:1], n_best=3, **SAMPLED)[0]
+  assert len(lists) == 3 and [h.score for h in lists] == sorted((h.score for h in lists),
+                                                                reverse=True)
+  for h in lists:
+    assert h.score == pytest.approx(teacher_forced_score(loaded, LINES[0], h.text, 0.0),
+                                    abs=2e-4)
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(method='beam', n_best=5), r'n_best=5: must be between 1 and the beam size \(4'),
+    (dict(method='greedy', n_best=2), r'n_best=2: must be between 1 and the beam size \(1; '
+                                      'greedy decoding'),
+    (dict(method='greedy', beam_size=4), 'beam_size=4: greedy decoding is beam search with '
+                                         'one beam'),
+    (dict(method='top_p'), r"method='top_p': must be one of \('beam', 'greedy', 'sample'\)"),
+    (dict(method='sample', temperature=0.0), r'temperature=0.0: must be a number > 0 \(as '
+                                             r'config\.sample_temperature\)'),
+    (dict(method='sample', top_k=41), r'top_k=41: must be ≤ config\.vocab_size \(40\)'),
+    (dict(method='sample', seed=-1), r'seed=-1: must be an integer in \[0, 2\*\*32\)'),
+])
+def test_decoding_arguments_are_checked(loaded, kwargs, message):
+  with pytest.raises(errors.UserError, match=message):
+    loaded.translate(LINES, **kwargs)
+
+
+def test_a_stream_samples_as_the_whole_input_does(tiny_workdir):
+  """A stream's batches number their lines from the stream's start: each line gets the
+  sample of its line number, as in a file."""
+  sampler = Translator.from_workdir(tiny_workdir, {'decode_method': 'sample', 'sample_seed': 3,
+                                                   'sample_temperature': 1.5})
+  text = ''.join(line + '\n' for line in LINES).encode()
+  out = io.BytesIO()
+  translator.stream(sampler, io.BytesIO(text), out, max_lines=2, wait_s=5)
+  assert out.getvalue().decode().split('\n')[:-1] == sampler.translate(LINES)
+
+
+def _changed_run(tmp_path, workdir, **changes):
+  """A folder whose config.json is the run's with `changes` (enough to be refused)."""
+  recorded = json.load(open(os.path.join(workdir, 'config.json')))
+  recorded.update(changes)
+  folder = tmp_path / '_'.join(changes)
+  folder.mkdir()
+  (folder / 'config.json').write_text(json.dumps(recorded))
+  return str(folder)
+
+
+def test_an_ensemble_refuses_other_vocabularies_languages_and_specs(tiny_workdir, tmp_path):
+  config = tiny_config()
+  cases = [(_changed_run(tmp_path, tiny_workdir, target_lang='fr'), 'translates en→fr, '),
+           (str(tmp_path / 'nothing'), 'no recorded run there'),
+           (f'{tiny_workdir}:x', r"is not DIR or DIR:STEP \(runs separated by commas\)"),
+           (f'{tiny_workdir}:5', 'config.restore_step=5: .* unreadable|No readable')]
+  for spec, message in cases:
+    config.ensemble = spec
+    with pytest.raises(errors.UserError, match=message):
+      Translator(config, tiny_workdir)
+
+
+def test_sampling_and_an_ensemble_on_the_command_line(tiny_workdir, loaded, tmp_path):
+  """Samples with one seed are the same in another process (on 2 devices, not 8) and
+  again; an ensemble of the run with itself is the run, n-best and scores included; one of
+  another vocabulary is an error of one line naming it."""
+  (tmp_path / 'in.txt').write_text(''.join(line + '\n' for line in LINES))
+  args = [f'--workdir={tiny_workdir}', '--mode=translate', f'--input={tmp_path / "in.txt"}']
+  sample = ['--config.decode_method=sample', '--config.sample_seed=3',
+            '--config.sample_temperature=1.5']
+  outputs = []
+  for name, extra in (('a', sample), ('b', sample),
+                      ('self', [f'--config.ensemble={tiny_workdir}', '--n_best=3'])):
+    process = run_main(*args, *extra, f'--output={tmp_path / name}', stderr=subprocess.PIPE)
+    assert process.wait(timeout=600) == 0, process.stderr.read().decode()[-3000:]
+    outputs.append((tmp_path / name).read_text())
+  assert outputs[0] == outputs[1] == ''.join(t + '\n' for t in loaded.translate(LINES,
+                                                                               **SAMPLED))
+  # Scores as test_n_best_on_the_command_line compares them: 2 devices round otherwise.
+  alone = [line.split(' ||| ') for line in translator.format_results(
+      loaded.translate(LINES, n_best=3)).splitlines()]
+  ensemble = [line.split(' ||| ') for line in outputs[2].splitlines()]
+  assert [line[:2] for line in ensemble] == [line[:2] for line in alone]
+  assert [float(line[2]) for line in ensemble] == pytest.approx(
+      [float(line[2]) for line in alone], abs=2e-6)
+  other = _changed_run(tmp_path, tiny_workdir, vocab_size=41)
+  refused = run_main(*args, f'--config.ensemble={other}', stderr=subprocess.PIPE,
+                     stdout=subprocess.PIPE)
+  assert refused.wait(timeout=600) != 0
+  stderr = refused.stderr.read().decode()
+  assert 'Traceback' not in stderr and stderr.strip().splitlines()[-1] == (  # after logs
+      f't2t_jax: error: config.ensemble: {other} has another vocabulary than {tiny_workdir} '
+      '(fingerprint ids-41, not ids-40); the runs of an ensemble share one vocabulary')

@@ -20,8 +20,10 @@ TRAINED_KEYS = ('vocab_size', 'source_lang', 'target_lang', 'model')
 # ...except the compute dtype, which only sets the precision of the arithmetic, and the
 # hardware forms, which compute the same model.
 MAY_DIFFER = frozenset({'config.model.dtype', 'config.model.kernels'})
-# Model keys added since runs were first recorded: a config.json without one reads as this.
+# Keys added since runs were first recorded: a config.json without one reads as this.
 ADDED_MODEL_KEYS = {'kernels': 'auto'}
+ADDED_KEYS = {'decode_method': 'beam', 'sample_temperature': 1.0, 'sample_top_k': 0,
+              'sample_seed': 0, 'ensemble': ''}
 # Keys that act on the invocation that has them (workdir.move_aside, an older checkpoint):
 # a config read back from the workdir has them at their defaults.
 PER_INVOCATION = {'restart': False, 'restore_step': 0}
@@ -32,7 +34,8 @@ def from_recorded(recorded: Mapping[str, Any], overrides: Sequence[str],
   """The config recorded in `where` (DIR/config.json), with PER_INVOCATION keys reset and
   `overrides` ('config.beam_size=8', as on the command line) applied, each checked against
   the recorded run (check_against_recorded)."""
-  config = ml_collections.ConfigDict(dict(recorded))
+  config = ml_collections.ConfigDict({**recorded, **{key: value for key, value in
+                                                     ADDED_KEYS.items() if key not in recorded}})
   config.update(PER_INVOCATION)
   if isinstance(config.get('model'), ml_collections.ConfigDict):
     for key, value in ADDED_MODEL_KEYS.items():

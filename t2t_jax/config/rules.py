@@ -30,6 +30,8 @@ MODES = ('train', 'params', 'average', 'translate', 'eval', 'attention', 'export
 DATASETS = ('tfds', 'files', 'demo', 'synthetic')
 EVAL_SPLITS = ('dev', 'test')
 DECODE_PARAMS = ('auto', 'averaged', 'checkpoint')
+# beam search (§6.1), beam search with one beam, sampling (decoding/sampling.py)
+DECODE_METHODS = ('beam', 'greedy', 'sample')
 POSITIONAL = ('sinusoidal', 'learned')  # §3.5; 'learned' is Table 3 row (E)
 COMPUTE_DTYPES = ('float32', 'bfloat16', 'float16')
 # kernels.py's choices of hardware forms; 'auto' is kernel_forms() of the platform.
@@ -77,6 +79,9 @@ FRACTION = Rule('in [0, 1)', lambda v: _is_number(v) and 0 <= v < 1)  # ε_ls, �
 BOOL = Rule('True or False', lambda v: isinstance(v, bool))
 # numpy's seeding refuses negative seeds and jax.random.PRNGKey anything past int64.
 SEED = Rule('an integer in [0, 2**63)', lambda v: _is_int(v) and 0 <= v < 2**63)
+# jax.random.PRNGKey keeps the low 32 bits of a seed (without jax_enable_x64): larger ones
+# would repeat smaller ones' samples.
+SAMPLE_SEED = Rule('an integer in [0, 2**32)', lambda v: _is_int(v) and 0 <= v < 2**32)
 MODEL = Rule('a ConfigDict of model keys (each checked by MODEL_RULES, §3)',
              lambda v: isinstance(v, ml_collections.ConfigDict))
 # d_k, d_v: None means d_model / h (§3.2.2); Table 3 rows (A) and (B) set them.
@@ -127,6 +132,12 @@ RULES: dict[str, Rule] = {
     # Decoding and BLEU, §6.1
     'beam_size': POSITIVE_INT,
     'beam_alpha': number_at_least(0),
+    'decode_method': one_of(*DECODE_METHODS),
+    'sample_temperature': POSITIVE_NUMBER,
+    'sample_top_k': int_at_least(0, ' (0 = the whole vocabulary)'),
+    'sample_seed': SAMPLE_SEED,
+    'ensemble': text(" (other runs' DIR or DIR:STEP, comma-separated; '' = none)",
+                     empty_ok=True),
     'decode_extra_length': int_at_least(0),
     'decode_tokens_per_batch': POSITIVE_INT,
     'max_decode_input_length': POSITIVE_INT,
@@ -312,6 +323,9 @@ def _check_across_keys(config: ml_collections.ConfigDict) -> None:
   if config.target_lang == config.source_lang:
     raise errors.UserError(f'config.target_lang: must differ from config.source_lang, got '
                            f'{config.target_lang!r} for both')
+  if config.sample_top_k > config.vocab_size:
+    raise errors.UserError(f'config.sample_top_k: must be ≤ config.vocab_size '
+                           f'({config.vocab_size}), got {config.sample_top_k}')
   if config.average_last > config.keep_checkpoints:
     raise errors.UserError(f'config.average_last: must be ≤ config.keep_checkpoints '
                            f'({config.keep_checkpoints}), the checkpoints kept to average '

@@ -69,6 +69,9 @@ def plot(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[
 def run(config: ml_collections.ConfigDict, workdir: str, sentence: str, out_dir: str | None,
         layers: Sequence[int] | None = None) -> list[str]:
   """Translates `sentence`, then writes the heatmaps of `layers` (default: all)."""
+  if config.ensemble:  # the heatmaps are of one model's attention
+    raise errors.UserError(f'config.ensemble={config.ensemble!r}: --mode=attention plots the '
+                           "workdir's model alone; drop the ensemble")
   translator = Translator(config, workdir, mode='attention')
   translation = translator([sentence])[0]
   tokenizer = translator.tokenizer

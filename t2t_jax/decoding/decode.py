@@ -38,13 +38,21 @@ no special case for K = 1; the default `n_best=None` keeps the single best witho
 axis, as callers (evaluate.py) expect. With n = 1 the merge is the single-best update, and
 the results of n_best=None and n_best=1 are the same numbers.
 
+Ensembles (not in the paper): `config` a tuple of ModelConfigs and `params` a tuple of their
+parameters decode as one model whose next-token log-probabilities are the mean of the
+members' log P_m (Marian's ensembles, unweighted; not renormalised), so a hypothesis's
+log-prob is the mean of its log P_m(Y|X), and beam search, n-best and sampling.py run over
+it unchanged. Members share the vocabulary; their sizes may differ, and each keeps its own
+encoder output and cache (ensemble_steps).
+
 Shapes: b = batch, k = beam, v = vocabulary, T = cache length (the longest output allowed),
 n = n_best, c = candidates a step (2k, or 1 when k = 1).
 """
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -57,8 +65,11 @@ from t2t_jax.model.transformer import ModelConfig, Transformer
 
 Array = jax.Array
 Cache = Any  # the model's 'cache' collection, a nested dict of arrays
-# (carry, live sequences [b, k, T+1], step, segment length) -> (logits [b, k, v], carry)
+# (carry, live sequences [b, k, T+1], step, segment length) -> (log P(next token) [b, k, v],
+# float32, carry)
 StepFn = Callable[[Any, Array, Array, int], tuple[Array, Any]]
+# Several trained models decoded as one (the module docstring), with a tuple of parameters.
+Ensemble = tuple[ModelConfig, ...]
 
 NEG_INF = -jnp.inf  # a true -inf: scores are only ever added, divided by lp > 0 and compared
 
@@ -78,10 +89,19 @@ def length_penalty(length: Array | int, alpha: float | Array) -> Array:
   return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
 
 
-def max_decode_length(src_len: int, config: ModelConfig, extra_length: int) -> int:
-  """Cache length T: the padded source length + extra, within a learned embedding's range."""
+def members(config: ModelConfig | Ensemble) -> Ensemble:
+  """The models of an ensemble, or the one model as an ensemble of one."""
+  return config if isinstance(config, tuple) else (config,)
+
+
+def max_decode_length(src_len: int, config: ModelConfig | Ensemble, extra_length: int) -> int:
+  """Cache length T: the padded source length + extra, within every learned embedding's
+  range."""
   length = src_len + extra_length
-  return min(length, config.max_len) if config.positional == 'learned' else length
+  for member in members(config):
+    if member.positional == 'learned':
+      length = min(length, member.max_len)
+  return length
 
 
 def output_limits(src: Array, extra_length: int, max_len: int, eos_id: int = EOS_ID) -> Array:
@@ -168,17 +188,27 @@ def segment_lengths(max_len: int, first: int = 16) -> list[int]:
   return lengths + [max_len]
 
 
-def _next_log_probs(logits: Array, step: Array, limits: Array, eos_id: int,
-                    row_max: Callable[[Array], Array] = kernels.xla_row_max) -> Array:
-  """log P(next token) [b, k, v] in float32, with PAD banned and EOS forced at the limit.
-  `row_max`: the hardware form of jnp.max over the last axis (kernels.Kernels.row_max)."""
+def log_softmax(logits: Array, row_max: Callable[[Array], Array] = kernels.xla_row_max,
+                ) -> Array:
+  """log P(next token) [b, k, v] in float32 from logits [b, k, v]. `row_max`: the hardware
+  form of jnp.max over the last axis (kernels.Kernels.row_max)."""
   # jax.nn.log_softmax's arithmetic, with row_max for its jnp.max: the same values.
   logits = logits.astype(jnp.float32)
   shifted = logits - row_max(logits)[..., None]  # [b, k, v]
-  logp = shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+  return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+
+
+def ban_tokens(logp: Array, step: Array, limits: Array, eos_id: int) -> Array:
+  """logp [b, k, v] with PAD banned (-inf) and EOS forced at each sentence's limit [b]."""
   vocab = jnp.arange(logp.shape[-1])
   banned = (vocab == PAD_ID) | ((step + 1 >= limits)[:, None, None] & (vocab != eos_id))
   return jnp.where(banned, NEG_INF, logp)
+
+
+def _next_log_probs(logits: Array, step: Array, limits: Array, eos_id: int,
+                    row_max: Callable[[Array], Array] = kernels.xla_row_max) -> Array:
+  """log P(next token) [b, k, v] in float32, with PAD banned and EOS forced at the limit."""
+  return ban_tokens(log_softmax(logits, row_max), step, limits, eos_id)
 
 
 def keep_best(finished_seq: Array, finished_score: Array, seqs: Array, scores: Array,
@@ -276,6 +306,15 @@ def _initial_beams(batch: int, beam_size: int, n_best: int, max_len: int, carry:
                finished_score=jnp.full((batch, n_best), NEG_INF), carry=carry)
 
 
+class Steps(NamedTuple):
+  """A decoder as the search loops use it: the step, its initial carry, and how the carry
+  grows to a longer cache and follows re-ranked beams."""
+  step: StepFn
+  carry: Any
+  grow: Callable[[Any, int], Any]
+  reorder: Callable[[Any, Array], Any]
+
+
 def _cached_step(params: Any, encoded: Array, src: Array, lengths: list[int],
                  config: ModelConfig, beam_size: int,
                  ) -> tuple[StepFn, CacheState, Callable[[CacheState, int], CacheState]]:
@@ -297,7 +336,7 @@ def _cached_step(params: Any, encoded: Array, src: Array, lengths: list[int],
     ids = lax.dynamic_index_in_dim(seqs, t, axis=2, keepdims=False)  # [b, k]
     logits, cache = decode_step(params, state.cache, encoded, src, ids, beam_mask=mask,
                                 config=config)  # [b, k, v]
-    return logits, CacheState(cache, ancestry)
+    return log_softmax(logits, config.forms.row_max), CacheState(cache, ancestry)
 
   ancestry = jnp.zeros((src.shape[0], beam_size, lengths[-1]), jnp.int32)  # [b, k, T]
   return step, CacheState(new_cache(params, encoded, src, lengths[0]), ancestry), grow
@@ -318,13 +357,58 @@ def _uncached_step(params: Any, encoded: Array, src: Array, config: ModelConfig,
     inputs = seqs[:, :, :length].reshape(b * k, length)  # [b·k, length]: start + prefix
     logits = model.apply({'params': params}, encoded, src, inputs, method=Transformer.decode)
     logits = lax.dynamic_index_in_dim(logits, t, axis=1, keepdims=False)  # [b·k, v]
-    return logits.reshape(b, k, -1), carry
+    return log_softmax(logits.reshape(b, k, -1), config.forms.row_max), carry
   return step
 
 
-def _run(beams: Beams, step_fn: StepFn, limits: Array, lengths: list[int], *,
-         grow: Callable[[Any, int], Any], reorder: Callable[[Any, Array], Any],
-         alpha: float | Array, eos_id: int, early_stop: bool, forms: kernels.Kernels) -> Beams:
+def model_steps(params: Any, src: Array, lengths: list[int], *, config: ModelConfig,
+                beam_size: int, use_cache: bool = True) -> Steps:
+  """One model's decoder for src [b, s] and `beam_size` hypotheses a sentence: the encoder
+  output, then cached steps (or the uncached reference) over cache `lengths`."""
+  encoder = Transformer(config.replace(deterministic=True))
+  encoded = encoder.apply({'params': params}, src, method=Transformer.encode)  # [b, s, m]
+  if use_cache:
+    step, carry, grow = _cached_step(params, encoded, src, lengths, config, beam_size)
+    return Steps(step, carry, grow, reorder_ancestry)
+  keep = lambda carry, _: carry  # noqa: E731  (the sequences are the whole state)
+  return Steps(_uncached_step(params, encoded, src, config, beam_size), None, keep, keep)
+
+
+def ensemble_steps(steps: Sequence[Steps]) -> Steps:
+  """Several models' decoders as one: its log-probabilities are the mean of theirs, and each
+  keeps its own carry (cache and ancestry), grown and reordered with the others."""
+  def step(carry: tuple, seqs: Array, t: Array, length: int) -> tuple[Array, tuple]:
+    outputs = [m.step(c, seqs, t, length) for m, c in zip(steps, carry, strict=True)]
+    # Not renormalised, so that a hypothesis's log-prob is the mean of its members'.
+    logp = functools.reduce(operator.add, [logp for logp, _ in outputs]) / len(steps)
+    return logp, tuple(c for _, c in outputs)
+
+  def grow(carry: tuple, length: int) -> tuple:
+    return tuple(m.grow(c, length) for m, c in zip(steps, carry, strict=True))
+
+  def reorder(carry: tuple, parents: Array) -> tuple:
+    return tuple(m.reorder(c, parents) for m, c in zip(steps, carry, strict=True))
+  return Steps(step, tuple(m.carry for m in steps), grow, reorder)
+
+
+def decoder_steps(params: Any, src: Array, lengths: list[int], *,
+                  config: ModelConfig | Ensemble, beam_size: int, use_cache: bool = True,
+                  ) -> Steps:
+  """model_steps of one model, or ensemble_steps of an ensemble's (params: a tuple)."""
+  if not isinstance(config, tuple):
+    return model_steps(params, src, lengths, config=config, beam_size=beam_size,
+                       use_cache=use_cache)
+  if not config or len(params) != len(config):
+    raise ValueError(f'an ensemble needs one parameter set per model, got {len(params)} for '
+                     f'{len(config)}')
+  return ensemble_steps([model_steps(p, src, lengths, config=c, beam_size=beam_size,
+                                     use_cache=use_cache)
+                         for p, c in zip(params, config, strict=True)])
+
+
+def _run(beams: Beams, steps: Steps, limits: Array, lengths: list[int], *,
+         alpha: float | Array, eos_id: int, early_stop: bool,
+         top_k: Callable[[Array, int], tuple[Array, Array]]) -> Beams:
   """The search loop, one `lax.while_loop` per cache length; each stops at its length."""
   for length in lengths:
     def cond(beams: Beams, length: int = length) -> Array:
@@ -332,16 +416,16 @@ def _run(beams: Beams, step_fn: StepFn, limits: Array, lengths: list[int], *,
       return running & ~_all_done(beams, limits, alpha) if early_stop else running
 
     def body(beams: Beams, length: int = length) -> Beams:
-      logits, carry = step_fn(beams.carry, beams.live_seqs, beams.step, length)  # [b, k, v]
-      logp = _next_log_probs(logits, beams.step, limits, eos_id, forms.row_max)
-      return _grow(beams._replace(carry=carry), logp, reorder, alpha=alpha, eos_id=eos_id,
-                   top_k=forms.top_k)
+      logp, carry = steps.step(beams.carry, beams.live_seqs, beams.step, length)  # [b, k, v]
+      logp = ban_tokens(logp, beams.step, limits, eos_id)
+      return _grow(beams._replace(carry=carry), logp, steps.reorder, alpha=alpha,
+                   eos_id=eos_id, top_k=top_k)
 
-    beams = lax.while_loop(cond, body, beams._replace(carry=grow(beams.carry, length)))
+    beams = lax.while_loop(cond, body, beams._replace(carry=steps.grow(beams.carry, length)))
   return beams
 
 
-def search(params: Any, src: Array, *, config: ModelConfig, beam_size: int = 4,
+def search(params: Any, src: Array, *, config: ModelConfig | Ensemble, beam_size: int = 4,
            alpha: float = 0.6, extra_length: int = 50, eos_id: int = EOS_ID,
            early_stop: bool = True, use_cache: bool = True, n_best: int | None = None,
            ) -> Beams:
@@ -351,6 +435,8 @@ def search(params: Any, src: Array, *, config: ModelConfig, beam_size: int = 4,
   result; `use_cache=False` recomputes the decoder prefix each step, with the same result.
   `n_best=n` (1 ≤ n ≤ beam_size) keeps the n best finished hypotheses: finished_seq
   [b, n, T+1] and finished_score [b, n], best first; None keeps the best, as [b, T+1], [b].
+  An ensemble (config a tuple of ModelConfigs, params a tuple of theirs) is searched as one
+  model (the module docstring).
   """
   if beam_size < 1 or extra_length < 0:
     raise ValueError(f'beam_size must be ≥ 1 and extra_length ≥ 0, got {beam_size}, '
@@ -361,17 +447,11 @@ def search(params: Any, src: Array, *, config: ModelConfig, beam_size: int = 4,
   max_len = max_decode_length(src.shape[1], config, extra_length)  # T
   limits = output_limits(src, extra_length, max_len, eos_id)  # [b]
   lengths = segment_lengths(max_len)
-  encoder = Transformer(config.replace(deterministic=True))
-  encoded = encoder.apply({'params': params}, src, method=Transformer.encode)  # [b, s, m]
-  if use_cache:
-    step_fn, carry, grow = _cached_step(params, encoded, src, lengths, config, beam_size)
-    reorder = reorder_ancestry
-  else:  # the sequences are the whole state
-    step_fn, carry = _uncached_step(params, encoded, src, config, beam_size), None
-    grow, reorder = (lambda carry, _: carry), (lambda carry, _: carry)
-  beams = _initial_beams(src.shape[0], beam_size, n_best or 1, max_len, carry)
-  beams = _run(beams, step_fn, limits, lengths, grow=grow, reorder=reorder, alpha=alpha,
-               eos_id=eos_id, early_stop=early_stop, forms=config.forms)
+  steps = decoder_steps(params, src, lengths, config=config, beam_size=beam_size,
+                        use_cache=use_cache)
+  beams = _initial_beams(src.shape[0], beam_size, n_best or 1, max_len, steps.carry)
+  beams = _run(beams, steps, limits, lengths, alpha=alpha, eos_id=eos_id,
+               early_stop=early_stop, top_k=members(config)[0].forms.top_k)
   if n_best is None:  # the single best, without the n axis
     beams = beams._replace(finished_seq=beams.finished_seq[:, 0],
                            finished_score=beams.finished_score[:, 0])
@@ -381,7 +461,7 @@ def search(params: Any, src: Array, *, config: ModelConfig, beam_size: int = 4,
 # α is traced, not static: changing it needs no recompilation.
 @functools.partial(jax.jit, static_argnames=('config', 'beam_size', 'extra_length', 'eos_id',
                                              'early_stop', 'use_cache', 'n_best'))
-def beam_search(params: Any, src: Array, *, config: ModelConfig, beam_size: int = 4,
+def beam_search(params: Any, src: Array, *, config: ModelConfig | Ensemble, beam_size: int = 4,
                 alpha: float = 0.6, extra_length: int = 50, eos_id: int = EOS_ID,
                 early_stop: bool = True, use_cache: bool = True, n_best: int | None = None,
                 ) -> tuple[Array, Array]:

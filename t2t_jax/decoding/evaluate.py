@@ -38,10 +38,40 @@ def eval_name(split: str, translator: Translator, config: ml_collections.ConfigD
              'beam_alpha': config.beam_alpha, 'extra': config.decode_extra_length,
              'max_input_length': translator.max_input_length,
              'data': hashlib.sha256('\0'.join([*sources, '\1', *references]).encode()
-                                    ).hexdigest()}
+                                    ).hexdigest(),
+             **decoding_settings(translator, config)}
   fingerprint = hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:8]
-  return (f'{split}-{translator.kind}-{translator.step}-beam{config.beam_size}'
-          f'-alpha{config.beam_alpha:g}-extra{config.decode_extra_length}-{fingerprint}')
+  return (f'{split}-{translator.kind}-{translator.step}-{method_name(translator, config)}'
+          f'-extra{config.decode_extra_length}-{fingerprint}')
+
+
+def method_name(translator: Translator, config: ml_collections.ConfigDict) -> str:
+  """The search in an eval folder's name: 'beam4-alpha0.6' (greedy: 'beam1-alpha0.6', the
+  same search), 'sample-T1-top0-seed0', then '-ensemble3' for three models."""
+  if config.decode_method == 'sample':
+    name = (f'sample-T{config.sample_temperature:g}-top{config.sample_top_k}'
+            f'-seed{config.sample_seed}')
+  else:
+    beam = 1 if config.decode_method == 'greedy' else config.beam_size
+    name = f'beam{beam}-alpha{config.beam_alpha:g}'
+  return name + (f'-ensemble{len(translator.ensemble) + 1}' if translator.ensemble else '')
+
+
+def decoding_settings(translator: Translator, config: ml_collections.ConfigDict,
+                      ) -> dict[str, Any]:
+  """What an evaluation records of its search beyond beam search's keys: the method (and
+  sampling's keys) unless beam search, the other runs of an ensemble if any. Beam search of
+  one run adds nothing, so its folders keep their names."""
+  settings: dict[str, Any] = {}
+  if config.decode_method != 'beam':
+    settings['decode_method'] = config.decode_method
+  if config.decode_method == 'sample':
+    settings.update(sample_temperature=config.sample_temperature,
+                    sample_top_k=config.sample_top_k, sample_seed=config.sample_seed)
+  if translator.ensemble:
+    settings['ensemble'] = [{'workdir': m.workdir, 'params': m.source, 'covers': m.covers}
+                            for m in translator.ensemble]
+  return settings
 
 
 def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -49,7 +79,8 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   references,scores}, the folder whole or not at all.
 
   scores.json also holds the split's loss (label-smoothed), nll, perplexity (of the nll,
-  per word-piece) and accuracy, teacher-forced with the same parameters.
+  per word-piece) and accuracy, teacher-forced with the same parameters (with an ensemble,
+  the workdir's alone).
   """
   translator = Translator(config, workdir, mode='eval')
   evalset = pipeline.load_eval_set(config, workdir, config.eval_split,
@@ -62,7 +93,8 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   scores.update(eval_metrics(eval_fn, translator.params, evalset.batches(), translator.mesh))
   scores.update(split=config.eval_split, params=translator.source, step=translator.step,
                 sentences=len(hypotheses), beam_size=config.beam_size,
-                beam_alpha=config.beam_alpha, decode_extra_length=config.decode_extra_length)
+                beam_alpha=config.beam_alpha, decode_extra_length=config.decode_extra_length,
+                **decoding_settings(translator, config))
   name = eval_name(config.eval_split, translator, config, evalset.sources, evalset.references)
   scores.update(covers=translator.covers)
   if jax.process_index() == 0:  # one copy, however many processes decoded

@@ -4,6 +4,7 @@
     tr = Translator.from_workdir('runs/demo')
     tr.translate(['A sentence.', 'Another one.'])            # -> ['Ein Satz.', ...]
     tr.translate(['A sentence.'], beam_size=8, n_best=3)     # -> [[Hypothesis(text, score)] * 3]
+    tr.translate(['A sentence.'], method='sample', seed=1)   # a sample (sampling.py)
 
 Sentences are encoded, sorted by length and cut into decoding batches whose shapes come
 from a fixed set (source-length buckets × a row count per bucket), so short sentences
@@ -12,9 +13,16 @@ Each device decodes its own rows (shard_map, no communication); outputs return t
 order. A stream (`--input=-`) is cut into small batches as its lines arrive instead
 (`stream`), so each line is answered without waiting for the end of the input.
 
+config.decode_method chooses the search: 'beam' (§6.1), 'greedy' (beam search with one beam)
+or 'sample' (sampling.py: config.sample_temperature, sample_top_k, sample_seed; a sentence's
+draws are keyed by its number in the input). config.ensemble adds other runs of the same
+vocabulary and languages ('DIR[:STEP],...'): every search then runs over the mean of the
+models' log-probabilities (decode.py, "Ensembles").
+
 A hypothesis's score is the beam search's: log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α,
-|Y| counting the EOS (decode.py). An empty (or all-space) input line is not decoded: its
-translation is the empty line, with score 0.0.
+|Y| counting the EOS (decode.py); a sample's is log P(Y|X), without lp (sampling.py). With
+an ensemble, log P is the mean of the models'. An empty (or all-space) input line is not
+decoded: its translation is the empty line, with score 0.0.
 """
 from __future__ import annotations
 
@@ -39,7 +47,7 @@ from jax.sharding import PartitionSpec as P
 from t2t_jax.config import recorded_run, rules
 from t2t_jax.data import batching, pipeline, sources
 from t2t_jax.data.tokenizer import PAD_ID
-from t2t_jax.decoding import decode
+from t2t_jax.decoding import decode, sampling
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import errors, files
 from t2t_jax.platform import workdir as workdir_lib
@@ -47,13 +55,27 @@ from t2t_jax.platform.mesh import AXIS, make_mesh, replicated, shard_batch
 from t2t_jax.platform.progress import Progress
 from t2t_jax.training import checkpoints
 
-Decoder = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+# (params, src [rows, S], settings: α for beam search, a Sampling to sample) -> (ids, scores)
+Decoder = Callable[[Any, jax.Array, Any], tuple[jax.Array, jax.Array]]
+METHODS = rules.DECODE_METHODS  # config.decode_method's choices
 
 
 class Hypothesis(NamedTuple):
-  """One translation of an n-best list: its text and its beam-search score."""
+  """One translation of an n-best list: its text and its score."""
   text: str
-  score: float  # log P(Y|X) / lp(Y), §6.1 (higher is better)
+  score: float  # beam search: log P(Y|X) / lp(Y), §6.1; a sample: log P(Y|X) (higher: better)
+
+
+class Sampling(NamedTuple):
+  """A sampling decoder's settings, its third argument (beam search's is α): traced, so
+  another temperature or seed needs no recompilation."""
+  index: Any  # [rows] each row's sentence number in the input, its draws' key (-1: no row)
+  temperature: Any  # [] T
+  key: Any  # jax.random.PRNGKey(config.sample_seed)
+
+
+# Each device gets the numbers of its own rows of src; the rest is replicated.
+SAMPLING_SPECS = Sampling(P(AXIS), P(), P())
 
 
 def decoding_batches(lengths: Sequence[int], *, tokens_per_batch: int, num_devices: int,
@@ -89,42 +111,56 @@ def batch_shapes(token_ids: Sequence[Sequence[int]], config: ml_collections.Conf
   return [(rows, length) for _, rows, length in batches]
 
 
-def make_sharded_decoder(model_config: ModelConfig, config: ml_collections.ConfigDict,
-                         mesh: Mesh, *, beam_size: int | None = None,
-                         n_best: int | None = None) -> Decoder:
-  """(params, src [rows, S], alpha []) -> (ids [rows, T], scores [rows]) by beam search,
-  each device on its own rows; with n_best=n, ids [rows, n, T] and scores [rows, n].
+def make_sharded_decoder(model_config: ModelConfig | decode.Ensemble,
+                         config: ml_collections.ConfigDict, mesh: Mesh, *,
+                         beam_size: int | None = None, n_best: int | None = None,
+                         method: str = 'beam', top_k: int | None = None) -> Decoder:
+  """(params, src [rows, S], settings) -> (ids [rows, T], scores [rows]), each device on its
+  own rows; with n_best=n, ids [rows, n, T] and scores [rows, n].
 
-  beam_size defaults to config.beam_size. α is an argument, not a constant: another α
-  needs no recompilation.
+  method 'beam' (beam_size defaults to config.beam_size) and 'greedy' (one beam) take α as
+  settings, an argument, not a constant: another α needs no recompilation. 'sample' takes a
+  Sampling and draws n_best samples (top_k defaults to config.sample_top_k). model_config
+  and the params may be an ensemble's tuples (decode.search).
   """
+  if method == 'sample':
+    def draw(params, src, settings):
+      return sampling.draw(params, src, settings.index, settings.key, config=model_config,
+                           temperature=settings.temperature,
+                           top_k=config.sample_top_k if top_k is None else top_k,
+                           n_samples=n_best, extra_length=config.decode_extra_length)
+    return shard_rows(draw, mesh, SAMPLING_SPECS)
+  beam_size = 1 if method == 'greedy' else beam_size or config.beam_size
+
   def search(params, src, alpha):
-    beams = decode.search(params, src, config=model_config,
-                          beam_size=beam_size or config.beam_size, alpha=alpha,
+    beams = decode.search(params, src, config=model_config, beam_size=beam_size, alpha=alpha,
                           extra_length=config.decode_extra_length, n_best=n_best)
     return beams.finished_seq[..., 1:], beams.finished_score
   return shard_rows(search, mesh)
 
 
-def shard_rows(search: Decoder, mesh: Mesh) -> Decoder:
-  """`search(params, src, alpha) -> (ids, scores)` jitted with each device on its own rows
-  of src (params and alpha replicated)."""
+def shard_rows(search: Decoder, mesh: Mesh, settings_specs: Any = None) -> Decoder:
+  """`search(params, src, settings) -> (ids, scores)` jitted with each device on its own
+  rows of src (params replicated, settings as `settings_specs` says; None: replicated, α)."""
   # Each device's beam search stops when its own sentences are done: no collectives, and
   # no replication to check.
-  sharded = jax.shard_map(search, mesh=mesh, in_specs=(P(), P(AXIS), P()),
+  settings_specs = P() if settings_specs is None else settings_specs
+  sharded = jax.shard_map(search, mesh=mesh, in_specs=(P(), P(AXIS), settings_specs),
                           out_specs=(P(AXIS), P(AXIS)), check_vma=False)
   return jax.jit(sharded)
 
 
 def translate_ids(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[int]],
                   config: ml_collections.ConfigDict, mesh: Mesh, *,
-                  alpha: float | None = None, max_rows: int = 0, show_progress: bool = True,
+                  alpha: float | None = None, sampling: Sampling | None = None,
+                  max_rows: int = 0, show_progress: bool = True,
                   ) -> tuple[list[np.ndarray], list[np.ndarray]]:
   """Output ids (up to EOS) and scores for each input in `token_ids`, in input order: per
   input, ids [T] and a score [] (n-best decoders: [n, T] and [n]).
 
-  alpha defaults to config.beam_alpha; max_rows caps a batch's rows (decoding_batches).
-  Process 0 logs the sentences done, the rate and the ETA (progress.py).
+  alpha defaults to config.beam_alpha; a sampling decoder takes `sampling` instead, its
+  index [len(token_ids)] each input's number. max_rows caps a batch's rows
+  (decoding_batches). Process 0 logs the sentences done, the rate and the ETA (progress.py).
   """
   alpha = np.float32(config.beam_alpha if alpha is None else alpha)
   outputs: list[np.ndarray] = [np.zeros(0, np.int32)] * len(token_ids)
@@ -140,16 +176,25 @@ def translate_ids(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[in
                 work=sum(cost(rows, length) for _, rows, length in batches),
                 enabled=show_progress and jax.process_index() == 0) as bar:
     for indices, rows, length in batches:
+      settings = alpha if sampling is None else sampling._replace(
+          index=_row_numbers(sampling.index, indices, rows))
       ids, score = _decode_batch(decoder, params, [token_ids[i] for i in indices], rows,
-                                 length, alpha, mesh)
+                                 length, settings, mesh)
       for r, i in enumerate(indices):
         outputs[i], scores[i] = ids[r], score[r]
       bar.update(len(indices), work=cost(rows, length))
   return outputs, scores
 
 
+def _row_numbers(numbers: Sequence[int], indices: np.ndarray, rows: int) -> np.ndarray:
+  """[rows] the numbers of a batch's inputs (`indices` into `numbers`), -1 for empty rows."""
+  index = np.full(rows, -1, np.int32)
+  index[:len(indices)] = np.asarray(numbers)[indices]
+  return index
+
+
 def _decode_batch(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[int]], rows: int,
-                  length: int, alpha: np.ndarray, mesh: Mesh) -> tuple[np.ndarray, np.ndarray]:
+                  length: int, settings: Any, mesh: Mesh) -> tuple[np.ndarray, np.ndarray]:
   """One batch: `token_ids` in the first rows of a [rows, length] source, the rest empty;
   each process feeds its own share of the rows, and all get every row's output back."""
   src = np.full((rows, length), PAD_ID, np.int32)
@@ -157,7 +202,10 @@ def _decode_batch(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[in
     src[r, :len(ids)] = ids
   share = rows // jax.process_count()
   mine = slice(share * jax.process_index(), share * (jax.process_index() + 1))
-  ids, scores = decoder(params, shard_batch({'src': src[mine]}, mesh)['src'], alpha)
+  if isinstance(settings, Sampling):  # the rows' numbers, split over devices as src is
+    settings = settings._replace(index=shard_batch({'index': settings.index[mine]},
+                                                   mesh)['index'])
+  ids, scores = decoder(params, shard_batch({'src': src[mine]}, mesh)['src'], settings)
   return _gather_rows(ids), _gather_rows(scores)
 
 
@@ -195,13 +243,16 @@ def one_line(text: str) -> str:
   return _LINE_BREAKS.sub(' ', text)
 
 
-def max_input_length(model_config: ModelConfig, config: ml_collections.ConfigDict) -> int:
+def max_input_length(model_config: ModelConfig | decode.Ensemble,
+                     config: ml_collections.ConfigDict) -> int:
   """Sub-words of an input decoded, EOS included; longer ones are truncated (encode_inputs).
-  Learned positions end at max_len, which must also hold input + extra outputs."""
-  if model_config.positional == 'learned':
-    return min(model_config.max_len - config.decode_extra_length,
-               config.max_decode_input_length)
-  return max(config.max_decode_input_length, 1)
+  Learned positions end at max_len, which must also hold input + extra outputs (in every
+  model of an ensemble)."""
+  length = max(config.max_decode_input_length, 1)
+  for member in decode.members(model_config):
+    if member.positional == 'learned':
+      length = min(length, member.max_len - config.decode_extra_length)
+  return length
 
 
 def translate(decoder: Decoder, params: Any, sentences: Sequence[str], tokenizer: Any,
@@ -219,12 +270,13 @@ def translate(decoder: Decoder, params: Any, sentences: Sequence[str], tokenizer
 
 class Translator:
   """A trained run, loaded once for decoding: config, tokenizer, parameters, mesh, and a
-  compiled decoder per (beam size, n-best) asked for.
+  compiled decoder per (method, beam size, n-best, top-k) asked for.
 
   The parameters are config.decode_params ('auto': averaged/ if there, else checkpoints/)
-  at config.restore_step (0: the newest). `mode` is the --mode the config is checked for
-  (rules.validate): 'translate', 'eval' or 'attention'. `from_workdir` builds one from
-  the config the run recorded.
+  at config.restore_step (0: the newest). config.ensemble's runs (`ensemble`, each a Member)
+  decode together with them as one model (`decoding_params`, `decoding_config`). `mode` is
+  the --mode the config is checked for (rules.validate): 'translate', 'eval' or
+  'attention'. `from_workdir` builds one from the config the run recorded.
   """
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *, mode: str = 'translate'):
@@ -241,10 +293,13 @@ class Translator:
                    if loaded.kind == 'averaged' else [loaded.step])
     check_params_match(loaded.params, config, self.model_config, self.source, workdir)
     self.params = jax.device_put(loaded.params, replicated(self.mesh))
-    self._decoders: dict[tuple[int, int | None], Decoder] = {}
-    logging.info('Decoding with the parameters of %s on %d device%s (beam %d, alpha %.2f).',
-                 self.source, self.mesh.size, 's' if self.mesh.size > 1 else '',
-                 config.beam_size, config.beam_alpha)
+    self.ensemble = [m._replace(params=jax.device_put(m.params, replicated(self.mesh)))
+                     for m in load_ensemble(config, workdir, self.tokenizer)]
+    self._decoders: dict[tuple, Decoder] = {}
+    with_others = ''.join(f' + {m.workdir}/{m.source}' for m in self.ensemble)
+    logging.info('Decoding with the parameters of %s%s on %d device%s (%s).', self.source,
+                 with_others, self.mesh.size, 's' if self.mesh.size > 1 else '',
+                 describe_method(config))
 
   @classmethod
   def from_workdir(cls, workdir: str, overrides: Mapping[str, Any] | None = None) -> Translator:
@@ -263,46 +318,100 @@ class Translator:
     return cls(recorded_run.from_recorded(recorded, pairs, where), workdir)
 
   @property
-  def max_input_length(self) -> int:
-    return max_input_length(self.model_config, self.config)
+  def decoding_params(self) -> Any:
+    """The parameters the decoders take: this run's, or a tuple of the ensemble's."""
+    if not self.ensemble:
+      return self.params
+    return (self.params, *(m.params for m in self.ensemble))
 
-  def decoder(self, beam_size: int | None = None, n_best: int | None = None) -> Decoder:
-    """The sharded beam search for this beam size (default config.beam_size) and n-best,
-    compiled once per input shape and kept."""
-    key = (beam_size or self.config.beam_size, n_best)
+  @property
+  def decoding_config(self) -> ModelConfig | decode.Ensemble:
+    """The model the decoders run: this run's, or a tuple of the ensemble's."""
+    if not self.ensemble:
+      return self.model_config
+    return (self.model_config, *(m.model_config for m in self.ensemble))
+
+  @property
+  def max_input_length(self) -> int:
+    return max_input_length(self.decoding_config, self.config)
+
+  def decoder(self, beam_size: int | None = None, n_best: int | None = None, *,
+              method: str | None = None, top_k: int | None = None) -> Decoder:
+    """The sharded search of `method` (default config.decode_method) for this beam size
+    (default config.beam_size; greedy: 1) or sampling's top_k (default config.sample_top_k),
+    and n-best, compiled once per input shape and kept."""
+    method = method or self.config.decode_method
+    if method == 'sample':
+      key = (method, None, n_best, self.config.sample_top_k if top_k is None else top_k)
+    else:
+      key = (method, 1 if method == 'greedy' else beam_size or self.config.beam_size, n_best,
+             None)
     if key not in self._decoders:
-      self._decoders[key] = make_sharded_decoder(self.model_config, self.config, self.mesh,
-                                                 beam_size=key[0], n_best=n_best)
+      self._decoders[key] = make_sharded_decoder(
+          self.decoding_config, self.config, self.mesh, method=method, beam_size=key[1],
+          n_best=n_best, top_k=key[3])
     return self._decoders[key]
 
-  def translate(self, sentences: Sequence[str] | str, *, beam_size: int | None = None,
-                alpha: float | None = None, n_best: int | None = None,
-                first_line: int = 1, max_rows: int = 0, show_progress: bool = True,
+  def translate(self, sentences: Sequence[str] | str, *, method: str | None = None,
+                beam_size: int | None = None, alpha: float | None = None,
+                n_best: int | None = None, temperature: float | None = None,
+                top_k: int | None = None, seed: int | None = None, first_line: int = 1,
+                max_rows: int = 0, show_progress: bool = True,
                 ) -> list[str] | list[list[Hypothesis]] | str | list[Hypothesis]:
-    """Translations of `sentences`, in order, by beam search (§6.1).
+    """Translations of `sentences`, in order, by beam search (§6.1), greedy decoding or
+    sampling (`method`: 'beam', 'greedy' or 'sample'; default config.decode_method).
 
-    Each is a str; with n_best=n (1 ≤ n ≤ beam size), a list of up to n Hypothesis, best
-    first. beam_size and alpha default to config.beam_size and config.beam_alpha (4 and
-    0.6, §6.1). One str in gives one translation (or list) out. first_line numbers the
-    sentences in warnings; max_rows caps a decoding batch (streams).
+    Each is a str; with n_best=n, a list of up to n Hypothesis, best first: the n best of
+    the search (1 ≤ n ≤ beam size; greedy: 1), or n samples. beam_size and alpha default to
+    config.beam_size and config.beam_alpha (4 and 0.6, §6.1); temperature, top_k and seed to
+    config.sample_temperature, sample_top_k and sample_seed. One str in gives one
+    translation (or list) out. first_line numbers the sentences in warnings and keys their
+    samples (sentence i: first_line - 1 + i); max_rows caps a decoding batch (streams).
     """
-    if isinstance(sentences, str):
-      return self.translate([sentences], beam_size=beam_size, alpha=alpha, n_best=n_best)[0]
-    beam_size = beam_size or self.config.beam_size
-    if n_best is not None and not 1 <= n_best <= beam_size:
-      raise errors.UserError(f'n_best={n_best}: must be between 1 and the beam size '
-                             f'({beam_size}; config.beam_size)')
+    single = isinstance(sentences, str)
+    sentences = [sentences] if single else sentences
+    method = method or self.config.decode_method
+    check_search(method, beam_size, n_best, self.config)
     nonempty, inputs = encode_inputs(sentences, self.tokenizer, self.max_input_length,
                                      first_line=first_line)
-    outputs, scores = translate_ids(self.decoder(beam_size, n_best), self.params, inputs,
-                                    self.config, self.mesh, alpha=alpha, max_rows=max_rows,
-                                    show_progress=show_progress)
+    draws = (self._sampling([first_line - 1 + i for i in nonempty], temperature, top_k, seed)
+             if method == 'sample' else None)
+    outputs, scores = translate_ids(
+        self.decoder(beam_size, n_best, method=method, top_k=top_k), self.decoding_params,
+        inputs, self.config, self.mesh, alpha=alpha, sampling=draws, max_rows=max_rows,
+        show_progress=show_progress)
+    results = self._results(len(sentences), nonempty, outputs, scores, n_best)
+    return results[0] if single else results
+
+  def _sampling(self, numbers: list[int], temperature: float | None, top_k: int | None,
+                seed: int | None) -> Sampling:
+    """The settings of a sampling decoder for inputs of these `numbers`, each argument
+    checked as its config key is (None: the config's)."""
+    config = self.config
+    temperature = config.sample_temperature if temperature is None else temperature
+    seed = config.sample_seed if seed is None else seed
+    for name, key, value in (('temperature', 'sample_temperature', temperature),
+                             ('top_k', 'sample_top_k', top_k), ('seed', 'sample_seed', seed)):
+      rule = rules.RULES[key]
+      if value is not None and not rule.test(value):
+        raise errors.UserError(f'{name}={value!r}: must be {rule.allowed} (as config.{key})')
+    if top_k is not None and top_k > config.vocab_size:
+      raise errors.UserError(f'top_k={top_k}: must be ≤ config.vocab_size ({config.vocab_size})')
+    # Host arrays, as α is: every process of a multi-host run passes the same values.
+    return Sampling(index=np.asarray(numbers, np.int32), temperature=np.float32(temperature),
+                    key=np.asarray(jax.random.PRNGKey(seed)))
+
+  def _results(self, count: int, nonempty: list[int], outputs: list[np.ndarray],
+               scores: list[np.ndarray], n_best: int | None,
+               ) -> list[str] | list[list[Hypothesis]]:
+    """The texts (n_best None), else the Hypothesis lists, of `count` sentences of which
+    those at `nonempty` were decoded."""
     if n_best is None:
-      texts = [''] * len(sentences)
+      texts = [''] * count
       for i, ids in zip(nonempty, outputs, strict=True):
         texts[i] = one_line(self.tokenizer.decode(ids))
       return texts
-    lists = [[Hypothesis('', 0.0)] for _ in sentences]  # an empty line: the empty one
+    lists = [[Hypothesis('', 0.0)] for _ in range(count)]  # an empty line: the empty one
     for i, ids, score in zip(nonempty, outputs, scores, strict=True):
       # A slot that no hypothesis finished into holds -inf (decode.beam_search): dropped.
       lists[i] = [Hypothesis(one_line(self.tokenizer.decode(row)), float(s))
@@ -311,6 +420,38 @@ class Translator:
 
   def __call__(self, sentences: Sequence[str]) -> list[str]:
     return self.translate(sentences)
+
+
+def describe_method(config: ml_collections.ConfigDict) -> str:
+  """config's decoding in words, for logs: 'beam 4, alpha 0.60', 'greedy (beam 1), alpha
+  0.60' or 'sampling, temperature 1, top-k all, seed 0'."""
+  if config.decode_method == 'sample':
+    return (f'sampling, temperature {config.sample_temperature:g}, top-k '
+            f'{config.sample_top_k or "all"}, seed {config.sample_seed}')
+  if config.decode_method == 'greedy':
+    return f'greedy (beam 1), alpha {config.beam_alpha:.2f}'
+  return f'beam {config.beam_size}, alpha {config.beam_alpha:.2f}'
+
+
+def check_search(method: str, beam_size: int | None, n_best: int | None,
+                 config: ml_collections.ConfigDict) -> None:
+  """The Python API's method, beam_size and n_best (errors.UserError naming the argument)."""
+  if method not in METHODS:
+    raise errors.UserError(f'method={method!r}: must be one of {METHODS}')
+  if method == 'greedy' and beam_size not in (None, 1):
+    raise errors.UserError(f'beam_size={beam_size}: greedy decoding is beam search with one '
+                           "beam; use method='beam' for a wider one")
+  if n_best is None:
+    return
+  if method == 'sample':
+    if n_best < 1:
+      raise errors.UserError(f'n_best={n_best}: must be ≥ 1 (the samples of each sentence)')
+    return
+  beam = 1 if method == 'greedy' else beam_size or config.beam_size
+  if not 1 <= n_best <= beam:
+    where = 'greedy decoding' if method == 'greedy' else 'config.beam_size'
+    raise errors.UserError(f'n_best={n_best}: must be between 1 and the beam size ({beam}; '
+                           f'{where})')
 
 
 def check_params_match(params: Any, config: ml_collections.ConfigDict,
@@ -328,6 +469,76 @@ def check_params_match(params: Any, config: ml_collections.ConfigDict,
     error = checkpoints.CheckpointMismatch(source, differences)
     raise errors.UserError(f'{checkpoints.mismatch_message(error, model_config, changes)} Decode '
                            'with the config the run was trained with.')
+
+
+# ------------------------------------------------------------------ ensembles
+
+
+class Member(NamedTuple):
+  """Another run decoded with the workdir's (config.ensemble)."""
+  workdir: str
+  source: str  # its parameters: 'averaged/1000' or 'checkpoints/1000'
+  covers: list[int] | None  # the checkpoints behind them (as Translator.covers)
+  model_config: ModelConfig
+  params: Any
+
+
+def ensemble_runs(spec: str) -> list[tuple[str, int]]:
+  """config.ensemble 'DIR[:STEP],...' -> [(DIR, STEP)], STEP 0 when not given."""
+  runs = []
+  for item in (part.strip() for part in spec.split(',') if part.strip()):
+    folder, colon, step = item.rpartition(':') if ':' in item else (item, '', '')
+    if not folder or (colon and not step.isdigit()):
+      raise errors.UserError(f'config.ensemble={spec!r}: {item!r} is not DIR or DIR:STEP '
+                             '(runs separated by commas)')
+    runs.append((folder, int(step) if colon else 0))
+  return runs
+
+
+def load_ensemble(config: ml_collections.ConfigDict, workdir: str, tokenizer: Any,
+                  ) -> list[Member]:
+  """config.ensemble's runs, each with the parameters config.init_from would read (its
+  average if it has one, else its newest checkpoint; at STEP if given), after checking
+  that it shares the workdir's languages and vocabulary."""
+  return [load_member(config, folder, step, workdir, tokenizer)
+          for folder, step in ensemble_runs(config.ensemble)]
+
+
+def load_member(config: ml_collections.ConfigDict, folder: str, step: int, workdir: str,
+                tokenizer: Any) -> Member:
+  """One run of an ensemble. Its model keys are its own recorded ones (sizes may differ
+  from the workdir's), but the compute dtype and hardware forms are this invocation's."""
+  workdir_lib.check_local(folder)
+  where = os.path.join(folder, workdir_lib.CONFIG)
+  recorded = workdir_lib.load_config(folder)
+  if recorded is None:
+    raise errors.MissingFileError(f'config.ensemble: {where}: no recorded run there '
+                                  '(training records it)')
+  member = recorded_run.from_recorded(recorded, [], where)
+  member.model.dtype, member.model.kernels = config.model.dtype, config.model.kernels
+  check_same_vocabulary(config, member, folder, workdir, tokenizer)
+  model_config = ModelConfig.from_config(member)
+  loaded = checkpoints.load_params(folder, step=step)
+  check_params_match(loaded.params, member, model_config, f'{folder}/{loaded.source}', folder)
+  covers = (checkpoints.averaged_steps(folder, loaded.step) if loaded.kind == 'averaged'
+            else [loaded.step])
+  return Member(folder, loaded.source, covers, model_config, loaded.params)
+
+
+def check_same_vocabulary(config: ml_collections.ConfigDict, member: ml_collections.ConfigDict,
+                          folder: str, workdir: str, tokenizer: Any) -> None:
+  """An ensemble averages log-probabilities of the same pieces in the same languages: the
+  member's vocabulary must have the workdir's fingerprint (as every host's must in a
+  multi-process run)."""
+  pairs = [f'{c.source_lang}→{c.target_lang}' for c in (member, config)]
+  if pairs[0] != pairs[1]:
+    raise errors.UserError(f'config.ensemble: {folder} translates {pairs[0]}, {workdir} '
+                           f'{pairs[1]}; the runs of an ensemble translate the same pair')
+  theirs = pipeline.load_tokenizer(member, folder)
+  if theirs.fingerprint != tokenizer.fingerprint:
+    raise errors.UserError(f'config.ensemble: {folder} has another vocabulary than {workdir} '
+                           f'(fingerprint {theirs.fingerprint}, not {tokenizer.fingerprint}); '
+                           'the runs of an ensemble share one vocabulary')
 
 
 # ------------------------------------------------------------------ --mode=translate
@@ -408,6 +619,17 @@ def stream(translator: Translator, binary: BinaryIO, out: BinaryIO, *, name: str
   return done
 
 
+def check_n_best_flag(n_best: int | None, config: ml_collections.ConfigDict) -> None:
+  """--n_best: up to the beam's hypotheses (greedy decoding: one beam), any number of
+  samples."""
+  most = {'beam': config.beam_size, 'greedy': 1}.get(config.decode_method)
+  if n_best is None or (1 <= n_best and (most is None or n_best <= most)):
+    return
+  which = 'config.beam_size' if config.decode_method == 'beam' else 'greedy decoding'
+  bound = f'between 1 and {which} ({most})' if most is not None else '≥ 1'
+  raise errors.UserError(f'--n_best={n_best}: must be {bound}')
+
+
 def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: str,
                   output_path: str | None, *, n_best: int | None = None,
                   stream_lines: int = 16, stream_wait_s: float = 0.1) -> None:
@@ -420,9 +642,7 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
   i of the input (n-best: its lines start with i - 1): both are split on '\n' alone, stdin
   exactly like a file (sources.read_lines), and no translation holds a line break.
   """
-  if n_best is not None and not 1 <= n_best <= config.beam_size:
-    raise errors.UserError(f'--n_best={n_best}: must be between 1 and config.beam_size '
-                           f'({config.beam_size})')
+  check_n_best_flag(n_best, config)
   # Before any decoding: a mistake in where the output goes costs seconds, not the run.
   if output_path is not None:
     files.check_writable_file(output_path, 'the translations')

@@ -1,0 +1,157 @@
+"""Sampling: each output token drawn from the model's distribution (not in the paper, which
+decodes by beam search, §6.1; back-translation samples its synthetic sources so).
+
+At step t the next token of an output is drawn from softmax(log P(· | y_<t, X) / T) over the
+top_k likeliest tokens (top_k = 0: the whole vocabulary), T the temperature. log P is the
+model's, or an ensemble's mean of its members' (decode.ensemble_steps). Otherwise the rules
+of beam search (decode.py): PAD is never drawn, only EOS may follow at the sentence's limit
+(its input length + extra, §6.1), and an output ends at its EOS.
+
+Reproducible: draw t of sample j of a sentence uses the key
+fold_in(fold_in(fold_in(PRNGKey(seed), index), j), t), `index` being the sentence's number
+in the input (its line, counted from 0). An output depends on the seed, the sentence, its
+number and the model alone, not on the batch it is decoded in (its neighbours, padding
+rows, the device it lands on); a batch of another shape may round the model's arithmetic
+otherwise, which changes a draw only if it moves a variate across a boundary.
+
+Score: log P(Y|X), the sum of the drawn tokens' log-probabilities (EOS included) under the
+untempered model over the whole vocabulary, without the length penalty.
+
+n samples of a sentence (`n_samples`, --n_best): its row repeated n times, sample j keyed
+by j; returned best first by score, duplicates kept (each is an independent draw).
+
+Shapes: b = batch, n = samples a sentence, r = b·n rows, v = vocabulary, T = the longest
+output allowed.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
+from t2t_jax.decoding import decode
+from t2t_jax.model.transformer import ModelConfig
+
+Array = jax.Array
+
+
+class Draws(NamedTuple):
+  """The while-loop state. Sequences start with the start symbol PAD_ID at position 0."""
+  step: Array  # [] tokens drawn so far
+  seqs: Array  # [r, T+1] the tokens drawn, then 0s after EOS
+  logprob: Array  # [r] log P of each output so far (untempered)
+  done: Array  # [r] whether it has drawn its EOS
+  carry: Any  # the step function's state (decode.Steps)
+
+
+def row_keys(key: Array, index: Array, n_samples: int) -> Array:
+  """[b·n] keys: sample j of the sentence numbered index[i] (row i·n + j) gets
+  fold_in(fold_in(key, index[i]), j), whatever batch it is in."""
+  def sentence_keys(i: Array) -> Array:
+    sentence = jax.random.fold_in(key, i)
+    return jax.vmap(lambda j: jax.random.fold_in(sentence, j))(jnp.arange(n_samples))
+  keys = jax.vmap(sentence_keys)(index)  # [b, n, ...]
+  return keys.reshape(-1, *keys.shape[2:])
+
+
+def choose(keys: Array, logp: Array, temperature: float | Array, top_k: int,
+           top_k_fn: Any = lax.top_k) -> Array:
+  """[r] tokens, each drawn from softmax(logp / T) over its row's top_k (0: all) of logp
+  [r, v]. `top_k_fn`: the hardware form of lax.top_k (kernels.Kernels.top_k)."""
+  if not top_k:
+    return jax.vmap(jax.random.categorical)(keys, logp / temperature)
+  # Drawing among the k largest alone: exactly k candidates, ties taken as lax.top_k does.
+  values, tokens = top_k_fn(logp, top_k)  # [r, k]
+  chosen = jax.vmap(jax.random.categorical)(keys, values / temperature)  # [r]
+  return jnp.take_along_axis(tokens, chosen[:, None], axis=1)[:, 0]
+
+
+def _draw(draws: Draws, logp: Array, keys: Array, *, temperature: float | Array, top_k: int,
+          eos_id: int, top_k_fn: Any) -> Draws:
+  """One step: every unfinished row draws its next token from logp [r, v]; a finished one
+  adds PAD and nothing to its score."""
+  t = draws.step
+  step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, t)  # [r]
+  tokens = choose(step_keys, logp, temperature, top_k, top_k_fn)  # [r]
+  tokens = jnp.where(draws.done, PAD_ID, tokens)
+  token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=1)[:, 0]  # [r]
+  seqs = lax.dynamic_update_index_in_dim(draws.seqs, tokens[:, None], t + 1, axis=1)
+  return Draws(step=t + 1, seqs=seqs,
+               logprob=draws.logprob + jnp.where(draws.done, 0.0, token_logp),
+               done=draws.done | (tokens == eos_id), carry=draws.carry)
+
+
+def _run(draws: Draws, steps: decode.Steps, limits: Array, lengths: list[int], keys: Array,
+         **draw_args: Any) -> Draws:
+  """The sampling loop, one `lax.while_loop` per cache length (as decode._run); it ends
+  when every row has drawn its EOS."""
+  eos_id = draw_args['eos_id']
+  for length in lengths:
+    def cond(draws: Draws, length: int = length) -> Array:
+      return (draws.step < jnp.minimum(length, jnp.max(limits))) & ~jnp.all(draws.done)
+
+    def body(draws: Draws, length: int = length) -> Draws:
+      seqs = draws.seqs[:, None]  # [r, 1, T+1]: one hypothesis a row
+      logp, carry = steps.step(draws.carry, seqs, draws.step, length)  # [r, 1, v]
+      logp = decode.ban_tokens(logp, draws.step, limits, eos_id)[:, 0]  # [r, v]
+      return _draw(draws._replace(carry=carry), logp, keys, **draw_args)
+
+    draws = lax.while_loop(cond, body, draws._replace(carry=steps.grow(draws.carry, length)))
+  return draws
+
+
+def draw(params: Any, src: Array, index: Array, key: Array, *,
+         config: ModelConfig | decode.Ensemble, temperature: float | Array = 1.0,
+         top_k: int = 0, n_samples: int | None = None, extra_length: int = 50,
+         eos_id: int = EOS_ID, use_cache: bool = True) -> tuple[Array, Array]:
+  """Samples of each sentence of src [b, s] (0-padded), the module docstring's; not jitted.
+
+  index [b]: each sentence's number in the input (its keys'); key: PRNGKey(seed). Returns
+  ids [b, T] (without the start symbol, ending at EOS, then 0s) and scores [b] = log P(Y|X);
+  with n_samples=n, ids [b, n, T] and scores [b, n], best first. `config` and `params` may
+  be an ensemble's tuples (decode.search).
+  """
+  vocab_size = decode.members(config)[0].vocab_size
+  if not 0 <= top_k <= vocab_size or extra_length < 0 or (n_samples is not None
+                                                          and n_samples < 1):
+    raise ValueError(f'top_k must be in [0, vocab_size = {vocab_size}], extra_length ≥ 0 and '
+                     f'n_samples ≥ 1, got {top_k}, {extra_length}, {n_samples}')
+  n = n_samples or 1
+  b = src.shape[0]
+  src = jnp.repeat(jnp.asarray(src, jnp.int32), n, axis=0)  # [r, s]: row i·n + j
+  max_len = decode.max_decode_length(src.shape[1], config, extra_length)  # T
+  limits = decode.output_limits(src, extra_length, max_len, eos_id)  # [r]
+  lengths = decode.segment_lengths(max_len)
+  steps = decode.decoder_steps(params, src, lengths, config=config, beam_size=1,
+                               use_cache=use_cache)
+  draws = Draws(step=jnp.array(0, jnp.int32),
+                seqs=jnp.full((b * n, max_len + 1), PAD_ID, jnp.int32),
+                logprob=jnp.zeros(b * n, jnp.float32), done=jnp.zeros(b * n, bool),
+                carry=steps.carry)
+  draws = _run(draws, steps, limits, lengths, row_keys(key, index, n),
+               temperature=temperature, top_k=top_k, eos_id=eos_id,
+               top_k_fn=decode.members(config)[0].forms.top_k)
+  ids, scores = draws.seqs[:, 1:].reshape(b, n, max_len), draws.logprob.reshape(b, n)
+  if n_samples is None:
+    return ids[:, 0], scores[:, 0]
+  order = jnp.argsort(-scores, axis=1, stable=True)  # [b, n] best first
+  return jnp.take_along_axis(ids, order[:, :, None], axis=1), jnp.take_along_axis(
+      scores, order, axis=1)
+
+
+# The temperature and key are traced, not static: another temperature or seed needs no
+# recompilation.
+@functools.partial(jax.jit, static_argnames=('config', 'top_k', 'n_samples', 'extra_length',
+                                             'eos_id', 'use_cache'))
+def sample(params: Any, src: Array, index: Array, key: Array, *,
+           config: ModelConfig | decode.Ensemble, temperature: float | Array = 1.0,
+           top_k: int = 0, n_samples: int | None = None, extra_length: int = 50,
+           eos_id: int = EOS_ID, use_cache: bool = True) -> tuple[Array, Array]:
+  """`draw` in one compiled call, compiled once per (b, s) and set of static arguments."""
+  return draw(params, src, index, key, config=config, temperature=temperature, top_k=top_k,
+              n_samples=n_samples, extra_length=extra_length, eos_id=eos_id,
+              use_cache=use_cache)

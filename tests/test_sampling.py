@@ -1,0 +1,161 @@
+"""Sampling (decoding/sampling.py) against greedy search, itself, and the exact distribution of
+every output on a tiny vocabulary."""
+import itertools
+
+import jax
+import numpy as np
+import pytest
+
+from helpers import (
+  EXACT,
+  SMALL,
+  full_logits_fn,
+  log_softmax64,
+  model_params,
+  output_limit,
+  padded,
+  trim,
+)
+from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
+from t2t_jax.decoding import decode, sampling
+
+EOS = EOS_ID
+# Rows of one padded length, an empty one among them.
+SRC = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0], [12, 5, 6, 1, 0], [EOS, 0, 0, 0, 0],
+                [7, 7, 1, 0, 0]], np.int32)
+
+
+def _sample(params, src, index, seed, **kwargs):
+  ids, scores = sampling.sample(params, src, np.asarray(index, np.int32),
+                                jax.random.PRNGKey(seed), **kwargs)
+  return np.asarray(ids), np.asarray(scores)
+
+
+@pytest.mark.parametrize('temperature', [0.5, 2.0])
+def test_top_k_1_is_greedy_search(temperature):
+  """One candidate a step leaves nothing to chance: greedy search's outputs whatever the
+  temperature and seed, scored log P(Y|X) where greedy's is log P(Y|X) / lp(Y)."""
+  params = model_params(SMALL, 1)
+  greedy_ids, greedy_scores = decode.greedy_decode(params, SRC, config=SMALL, extra_length=6)
+  lengths = np.array([len(trim(row)) for row in greedy_ids])
+  assert len(set(lengths)) > 1  # EOS chosen at different steps
+  for seed in (0, 1):
+    ids, scores = _sample(params, SRC, np.arange(len(SRC)), seed, config=SMALL,
+                          temperature=temperature, top_k=1, extra_length=6)
+    np.testing.assert_array_equal(ids, greedy_ids)
+    np.testing.assert_allclose(scores, greedy_scores * decode.length_penalty(lengths, 0.6),
+                               rtol=1e-5)
+
+
+def test_samples_depend_on_the_seed_and_sentence_number_not_on_the_batch():
+  """The same numbered sentence gives the same sample alone, in another batch, in another
+  order; another seed or number gives others. Sample j of n is the same whatever n."""
+  params = model_params(SMALL, 3, embedding_scale=1.0)
+  kwargs = dict(config=SMALL, temperature=1.0, extra_length=6)
+  index = np.array([40, 41, 42, 43, 44])
+  ids, scores = _sample(params, SRC, index, 7, **kwargs)
+  assert all(trim(row)[-1] == EOS for row in ids) and trim(ids[3]) == [EOS]
+  again, again_scores = _sample(params, SRC, index, 7, **kwargs)
+  np.testing.assert_array_equal(again, ids)
+  np.testing.assert_array_equal(again_scores, scores)
+  order = np.array([2, 0, 4, 1, 3])
+  shuffled, shuffled_scores = _sample(params, SRC[order], index[order], 7, **kwargs)
+  np.testing.assert_array_equal(shuffled, ids[order])
+  np.testing.assert_allclose(shuffled_scores, scores[order], rtol=1e-6)
+  alone, alone_scores = _sample(params, np.repeat(SRC[2:3], 5, axis=0),
+                                [0, 42, 1, 2, 3], 7, **kwargs)  # among other draws of it
+  np.testing.assert_array_equal(alone[1], ids[2])
+  np.testing.assert_allclose(alone_scores[1], scores[2], rtol=1e-6)
+  assert len({tuple(trim(row)) for row in alone}) > 1  # the other numbers drew otherwise
+  other_seed, _ = _sample(params, SRC, index, 8, **kwargs)
+  assert [trim(row) for row in other_seed] != [trim(row) for row in ids]
+  several, several_scores = _sample(params, SRC, index, 7, n_samples=6, **kwargs)
+  assert several.shape == (5, 6, ids.shape[1])
+  assert np.all(np.diff(several_scores, axis=1) <= 0)  # best first
+  for row in range(len(SRC)):  # sample 0 of 6 is the single sample
+    assert any(np.array_equal(s, ids[row]) for s in several[row])
+
+
+def test_an_ensemble_of_one_model_samples_as_that_model_bit_for_bit():
+  params = model_params(SMALL, 3, embedding_scale=1.0)
+  kwargs = dict(temperature=0.8, top_k=5, extra_length=6, n_samples=3)
+  alone = _sample(params, SRC, np.arange(5), 0, config=SMALL, **kwargs)
+  ensemble = _sample((params,), SRC, np.arange(5), 0, config=(SMALL,), **kwargs)
+  for ours, reference in zip(ensemble, alone, strict=True):  # ids, then scores
+    np.testing.assert_array_equal(ours, reference)
+
+
+# The exact distribution: every output of a 2-token input with extra_length 1 (limit 3), on
+# EXACT's vocabulary (PAD, EOS, 4 words): EOS, w EOS and w w EOS, 21 outputs.
+DRAWS = 20_000
+SOURCE = np.array([3, EOS], np.int32)
+# A second model of EXACT's vocabulary with other sizes, for an ensemble.
+OTHER = EXACT.replace(num_layers=2, d_model=8, d_ff=24, num_heads=1)
+
+
+def _exact_distribution(models, src_row, extra_length, temperature, top_k):
+  """(outputs, P_sample of each, log P of each): each step's token has probability
+  softmax(log P / T) over the top_k (0: all) of the tokens allowed (no PAD; at the limit
+  only EOS), log P the mean over `models` ((params, config) pairs) of their float64
+  log-softmax of fully re-decoded logits; log P(Y) sums the untempered log P."""
+  limit, vocab = output_limit(src_row, extra_length), EXACT.vocab_size
+  outputs = [list(w) + [EOS] for n in range(limit)
+             for w in itertools.product(range(EOS + 1, vocab), repeat=n)]
+  targets = padded(outputs, limit)  # [o, limit]
+  src = np.repeat(src_row[None], len(outputs), axis=0)
+  logp = np.mean([log_softmax64(full_logits_fn(config)(params, src, targets))
+                  for params, config in models], axis=0)  # [o, limit, v]
+  logp[:, :, PAD_ID] = -np.inf
+  logp[:, limit - 1, np.arange(vocab) != EOS] = -np.inf
+  allowed = np.ones_like(logp, bool)
+  if top_k:  # the top_k largest of each step (no ties in random weights' log-probs)
+    np.put_along_axis(allowed, np.argsort(-logp, axis=2)[:, :, top_k:], False, axis=2)
+  step_p = np.exp(log_softmax64(np.where(allowed, logp / temperature, -np.inf)))
+  taken = lambda x: np.take_along_axis(x, targets[:, :, None], axis=2)[:, :, 0]  # noqa: E731
+  real = np.arange(limit)[None] < np.array([len(o) for o in outputs])[:, None]  # [o, limit]
+  return ([tuple(o) for o in outputs], np.where(real, taken(step_p), 1.0).prod(axis=1),
+          np.where(real, taken(logp), 0.0).sum(axis=1))
+
+
+def _chi_square(counts, expected):
+  """Pearson's statistic and degrees of freedom, outputs expected fewer than 5 times pooled."""
+  small = expected < 5
+  observed = np.append(counts[~small], counts[small].sum())
+  wanted = np.append(expected[~small], expected[small].sum())
+  keep = wanted > 0
+  return float(((observed - wanted)[keep] ** 2 / wanted[keep]).sum()), int(keep.sum()) - 1
+
+
+@pytest.mark.parametrize('temperature,top_k,ensemble', [
+    (1.0, 0, False), (0.6, 3, False), (1.7, 2, False), (1.2, 4, True)])
+def test_the_frequencies_of_samples_are_the_exact_distribution(temperature, top_k, ensemble):
+  """20,000 draws of one sentence against the exact probability of each of its 21 outputs:
+  Pearson's χ² within 6 standard deviations of its mean (a miss of ~1e-9 by chance: the
+  draws are seeded, so the test is deterministic), no output drawn that the top-k excludes,
+  and every draw scored its untempered log P(Y|X)."""
+  models = [(model_params(EXACT, 4, embedding_scale=1.0), EXACT)]
+  if ensemble:
+    models.append((model_params(OTHER, 5, embedding_scale=1.0), OTHER))
+  params, config = (tuple(p for p, _ in models), tuple(c for _, c in models)) if ensemble \
+      else models[0]
+  ids, scores = _sample(params, SOURCE[None], [3], 11, config=config, temperature=temperature,
+                        top_k=top_k, n_samples=DRAWS, extra_length=1)
+  outputs, probability, logp = _exact_distribution(models, SOURCE, 1, temperature, top_k)
+  position = {output: i for i, output in enumerate(outputs)}
+  drawn = np.array([position[tuple(trim(row))] for row in ids[0]])  # KeyError: no output
+  counts = np.bincount(drawn, minlength=len(outputs))
+  assert probability.sum() == pytest.approx(1.0)
+  assert not counts[probability == 0].any()
+  # The top-k leaves out some of the 5 tokens but PAD (else nothing), and no output dominates.
+  assert (probability == 0).any() == (top_k > 0) and probability.max() < 0.5
+  statistic, df = _chi_square(counts, DRAWS * probability)
+  assert statistic < df + 6 * np.sqrt(2 * df), (statistic, df)
+  np.testing.assert_allclose(scores[0], logp[drawn], rtol=1e-4, atol=1e-5)
+
+
+def test_bad_arguments_are_refused():
+  src = np.ones((1, 3), np.int32)
+  for kwargs in (dict(top_k=-1), dict(top_k=14), dict(n_samples=0), dict(extra_length=-1)):
+    with pytest.raises(ValueError, match='top_k must be in'):
+      sampling.draw(model_params(SMALL, 0), src, np.zeros(1, np.int32),
+                    jax.random.PRNGKey(0), config=SMALL, **kwargs)
