@@ -6,6 +6,7 @@ It starts no JAX backend (conftest.py sets XLA's flags after importing it)."""
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import random
 import subprocess
@@ -191,3 +192,16 @@ def trim(ids) -> list[int]:
   """The output up to and including the first EOS."""
   ids = list(np.asarray(ids))
   return ids[:ids.index(EOS_ID) + 1] if EOS_ID in ids else ids
+
+
+class CompileLog(logging.Handler):
+  """The thread and function of each XLA compilation JAX logs (jax_log_compiles)."""
+
+  def __init__(self):
+    super().__init__()
+    self.records = []
+
+  def emit(self, record):
+    message = record.getMessage()
+    if message.startswith('Finished XLA compilation of'):
+      self.records.append((record.threadName, message.split()[4]))

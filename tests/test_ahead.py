@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import make_config, tiny_config, tiny_step_config
+from helpers import CompileLog, make_config, tiny_config, tiny_step_config
 from t2t_jax import trainer
 from t2t_jax.data import pipeline, synthetic
 from t2t_jax.decoding import translator
@@ -48,19 +48,6 @@ def test_batch_shapes_are_those_of_the_batches_to_come(tmp_path, num_devices, gr
   assert all(rows % (num_devices * grad_accum_steps) == 0 for rows, _, _ in promised)
   dev = datasets.dev
   assert dev.batch_shapes() == list(dict.fromkeys(global_shape(b) for b in dev.batches()))
-
-
-class CompileLog(logging.Handler):
-  """The thread of each XLA compilation JAX logs (jax_log_compiles)."""
-
-  def __init__(self):
-    super().__init__()
-    self.records = []
-
-  def emit(self, record):
-    message = record.getMessage()
-    if message.startswith('Finished XLA compilation of'):
-      self.records.append((record.threadName, message.split()[4]))
 
 
 def train_logging_compiles(config, workdir):

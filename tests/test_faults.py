@@ -102,7 +102,7 @@ def test_a_re_average_over_other_checkpoints_keeps_the_earlier_one(run):
 def fake_translator(covers, dtype='float32'):
   return types.SimpleNamespace(source='averaged/6', kind='averaged', step=6, covers=covers,
                                model_config=types.SimpleNamespace(dtype=dtype),
-                               max_input_length=100)
+                               max_input_length=100, ensemble=[])
 
 
 def test_eval_folders_name_everything_that_made_them():

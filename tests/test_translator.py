@@ -13,10 +13,11 @@ import sys
 import threading
 import time
 
+import jax
 import numpy as np
 import pytest
 
-from helpers import ROOT, TINY_CLI, cpu_env, tiny_config
+from helpers import ROOT, TINY_CLI, CompileLog, cpu_env, tiny_config
 from t2t_jax import Hypothesis, Translator
 from t2t_jax.decoding import translator
 from t2t_jax.decoding.decode import length_penalty
@@ -178,6 +179,8 @@ def test_streaming_translation_answers_before_the_input_ends(tiny_workdir, loade
   assert process.returncode == 0, stderr.decode()[-3000:]
   assert (answers[0] + rest).decode().split('\n') == [*loaded.translate(['5 6 7', '', '11 12']),
                                                       '']
+  # Every shape of the stream's batches is queued for compiling from the start.
+  assert re.search(r'Compiling the beam search for \d+ shapes ahead', stderr.decode())
 
 
 def test_n_best_on_the_command_line(tiny_workdir, loaded, tmp_path):
@@ -340,3 +343,59 @@ def test_sampling_and_an_ensemble_on_the_command_line(tiny_workdir, loaded, tmp_
   assert 'Traceback' not in stderr and stderr.strip().splitlines()[-1] == (  # after logs
       f't2t_jax: error: config.ensemble: {other} has another vocabulary than {tiny_workdir} '
       '(fingerprint ids-41, not ids-40); the runs of an ensemble share one vocabulary')
+
+
+def test_small_calls_meet_only_the_interactive_shapes():
+  """With max_rows and max_length, any call of at most max_rows sentences decodes in
+  batches of the shapes interactive_shapes lists (what compile_ahead compiles), one
+  sentence in one row a device."""
+  rng = np.random.default_rng(0)
+  config = tiny_config()
+  for num_devices in (1, 2, 8):
+    for max_rows in (1, 4, 16):
+      small = dict(tokens_per_batch=config.decode_tokens_per_batch, num_devices=num_devices,
+                   bucket_growth=config.bucket_growth, max_rows=max_rows, max_length=40)
+      listed = translator.interactive_shapes(config, num_devices, max_rows=max_rows,
+                                             max_length=40)
+      assert len(listed) == len(set(listed))
+      for _ in range(100):
+        lengths = rng.integers(1, 41, size=rng.integers(1, max_rows + 1))
+        met = {(rows, s) for _, rows, s in translator.decoding_batches(lengths, **small)}
+        assert met <= set(listed), (num_devices, max_rows, sorted(lengths))
+      [(_, rows, _)] = translator.decoding_batches([7], **small)
+      assert rows == num_devices
+
+
+@pytest.mark.slow
+def test_after_compile_ahead_small_calls_compile_nothing(tiny_workdir):
+  """Translator.compile_ahead compiles every interactive shape: single lines, a few lines
+  and a stream's batches then compile nothing, for beam search and for sampling, and
+  translate as a translator compiling when it meets a shape does."""
+  config = tiny_config()
+  config.max_decode_input_length = 12  # buckets up to 12 sub-words: few shapes to compile
+  lines = ['5 6 7', '9 9 9 9 9 9 9 9', '3', '11 12', '8 8 8 8 8 8 8 8 8 8 8 8 8 8']
+  reference = Translator(config, tiny_workdir)
+  many = [f'{i} {i + 1} {i + 2}' for i in range(3, 19)]  # one bucket, over a row a device
+  calls = [*([line] for line in lines), lines, lines[:2], many]
+  expected = [reference.translate(call) for call in calls]
+  expected_samples = [reference.translate(call, **SAMPLED) for call in calls]
+  with Translator(config, tiny_workdir) as ready:
+    search = ready.compile_ahead(threads=2)
+    sampler = ready.compile_ahead(threads=2, method='sample')
+    handler = CompileLog()
+    logging.getLogger('jax').addHandler(handler)
+    jax.config.update('jax_log_compiles', True)
+    try:
+      got = [ready.translate(call) for call in calls]
+      got_samples = [ready.translate(call, **SAMPLED) for call in calls]
+      out = io.BytesIO()
+      translator.stream(ready, io.BytesIO('\n'.join(lines).encode()), out, max_lines=2,
+                        wait_s=5)
+    finally:
+      jax.config.update('jax_log_compiles', False)
+      logging.getLogger('jax').removeHandler(handler)
+  assert [name for _, name in handler.records if 'search' in name or 'draw' in name] == []
+  assert search.compiled_on_call == sampler.compiled_on_call == 0
+  assert search.waits == sampler.waits == 0
+  assert got == expected and got_samples == expected_samples
+  assert out.getvalue().decode().splitlines() == reference.translate(lines)

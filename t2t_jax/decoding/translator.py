@@ -41,7 +41,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from t2t_jax.config import recorded_run, rules
@@ -53,7 +53,7 @@ from t2t_jax.platform import errors, files
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.platform.mesh import AXIS, make_mesh, replicated, shard_batch
 from t2t_jax.platform.progress import Progress
-from t2t_jax.training import checkpoints
+from t2t_jax.training import ahead, checkpoints
 
 # (params, src [rows, S], settings: α for beam search, a Sampling to sample) -> (ids, scores)
 Decoder = Callable[[Any, jax.Array, Any], tuple[jax.Array, jax.Array]]
@@ -76,26 +76,34 @@ class Sampling(NamedTuple):
 
 # Each device gets the numbers of its own rows of src; the rest is replicated.
 SAMPLING_SPECS = Sampling(P(AXIS), P(), P())
+# A call of at most this many sentences decodes in small batches of fixed shapes
+# (interactive_shapes), the ones Translator.compile_ahead compiles; --stream_lines' default.
+INTERACTIVE_ROWS = 16
 
 
 def decoding_batches(lengths: Sequence[int], *, tokens_per_batch: int, num_devices: int,
-                     bucket_growth: float, max_rows: int = 0,
+                     bucket_growth: float, max_rows: int = 0, max_length: int = 0,
                      ) -> Iterator[tuple[np.ndarray, int, int]]:
   """(indices, rows, padded length) of each batch, shortest sentences first.
 
   A bucket of padded length S always uses the same number of rows (tokens_per_batch / S,
   at most max_rows if given, a multiple of num_devices); its last batch is filled up with
-  empty rows.
+  empty rows. With max_rows (a stream's, or a few sentences': small batches), a bucket
+  whose sentences fit one row a device gets one row a device, so that one sentence pays for
+  one row; with max_length, the buckets are those up to max_length whatever the longest
+  input, the fixed set `interactive_shapes` lists.
   """
   lengths = np.asarray(lengths)
-  grid = batching.bucket_lengths(max(int(lengths.max(initial=1)), 1), bucket_growth)
+  grid = batching.bucket_lengths(max(int(lengths.max(initial=1)), max_length, 1),
+                                 bucket_growth)
   padded = grid[np.searchsorted(grid, lengths)]
   order = np.argsort(lengths, kind='stable')
   for length in np.unique(padded):
     members = order[padded[order] == length]
     per_device = max(tokens_per_batch // int(length) // num_devices, 1)
-    if max_rows:  # a stream's small batches: no rows beyond what it has
-      per_device = min(per_device, -(-max_rows // num_devices))
+    if max_rows:  # small batches: no rows beyond what they have
+      per_device = 1 if len(members) <= num_devices else min(per_device,
+                                                             -(-max_rows // num_devices))
     rows = per_device * num_devices
     for start in range(0, len(members), rows):
       yield members[start:start + rows], rows, int(length)
@@ -109,6 +117,23 @@ def batch_shapes(token_ids: Sequence[Sequence[int]], config: ml_collections.Conf
                              tokens_per_batch=config.decode_tokens_per_batch,
                              num_devices=num_devices, bucket_growth=config.bucket_growth)
   return [(rows, length) for _, rows, length in batches]
+
+
+def interactive_shapes(config: ml_collections.ConfigDict, num_devices: int, *, max_rows: int,
+                       max_length: int) -> list[tuple[int, int]]:
+  """Every global (rows, S) decoding_batches gives with max_rows and max_length, whatever
+  the sentences: one row a device, then the most rows, for each bucket up to max_length;
+  the likeliest first (one sentence, short ones first)."""
+  grid = batching.bucket_lengths(max(max_length, 1), config.bucket_growth)
+  shapes = []
+  for count in (1, max_rows + num_devices):  # a bucket's sentences: one, then more than fit
+    for length in grid:
+      [(_, rows, _), *_] = decoding_batches(
+          [int(length)] * count, tokens_per_batch=config.decode_tokens_per_batch,
+          num_devices=num_devices, bucket_growth=config.bucket_growth, max_rows=max_rows,
+          max_length=max_length)
+      shapes.append((rows, int(length)))
+  return list(dict.fromkeys(shapes))
 
 
 def make_sharded_decoder(model_config: ModelConfig | decode.Ensemble,
@@ -153,21 +178,23 @@ def shard_rows(search: Decoder, mesh: Mesh, settings_specs: Any = None) -> Decod
 def translate_ids(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[int]],
                   config: ml_collections.ConfigDict, mesh: Mesh, *,
                   alpha: float | None = None, sampling: Sampling | None = None,
-                  max_rows: int = 0, show_progress: bool = True,
+                  max_rows: int = 0, max_length: int = 0, show_progress: bool = True,
                   ) -> tuple[list[np.ndarray], list[np.ndarray]]:
   """Output ids (up to EOS) and scores for each input in `token_ids`, in input order: per
   input, ids [T] and a score [] (n-best decoders: [n, T] and [n]).
 
   alpha defaults to config.beam_alpha; a sampling decoder takes `sampling` instead, its
-  index [len(token_ids)] each input's number. max_rows caps a batch's rows
-  (decoding_batches). Process 0 logs the sentences done, the rate and the ETA (progress.py).
+  index [len(token_ids)] each input's number. max_rows and max_length: small batches of
+  fixed shapes (decoding_batches). Process 0 logs the sentences done, the rate and the ETA
+  (progress.py).
   """
   alpha = np.float32(config.beam_alpha if alpha is None else alpha)
   outputs: list[np.ndarray] = [np.zeros(0, np.int32)] * len(token_ids)
   scores: list[np.ndarray] = [np.zeros((), np.float32)] * len(token_ids)
   batches = list(decoding_batches(
       [len(t) for t in token_ids], tokens_per_batch=config.decode_tokens_per_batch,
-      num_devices=mesh.size, bucket_growth=config.bucket_growth, max_rows=max_rows))
+      num_devices=mesh.size, bucket_growth=config.bucket_growth, max_rows=max_rows,
+      max_length=max_length))
   # A batch's cost: its rows (empty ones too) times the most steps its beam search may take.
   # The ETA follows that, not the sentences: short ones go first, and a sentence count would
   # promise too early an end.
@@ -296,6 +323,7 @@ class Translator:
     self.ensemble = [m._replace(params=jax.device_put(m.params, replicated(self.mesh)))
                      for m in load_ensemble(config, workdir, self.tokenizer)]
     self._decoders: dict[tuple, Decoder] = {}
+    self._pools: list[Any] = []  # compile_ahead's background threads, until close()
     with_others = ''.join(f' + {m.workdir}/{m.source}' for m in self.ensemble)
     logging.info('Decoding with the parameters of %s%s on %d device%s (%s).', self.source,
                  with_others, self.mesh.size, 's' if self.mesh.size > 1 else '',
@@ -340,17 +368,70 @@ class Translator:
     """The sharded search of `method` (default config.decode_method) for this beam size
     (default config.beam_size; greedy: 1) or sampling's top_k (default config.sample_top_k),
     and n-best, compiled once per input shape and kept."""
-    method = method or self.config.decode_method
-    if method == 'sample':
-      key = (method, None, n_best, self.config.sample_top_k if top_k is None else top_k)
-    else:
-      key = (method, 1 if method == 'greedy' else beam_size or self.config.beam_size, n_best,
-             None)
+    key = self._decoder_key(beam_size, n_best, method, top_k)
     if key not in self._decoders:
       self._decoders[key] = make_sharded_decoder(
-          self.decoding_config, self.config, self.mesh, method=method, beam_size=key[1],
+          self.decoding_config, self.config, self.mesh, method=key[0], beam_size=key[1],
           n_best=n_best, top_k=key[3])
     return self._decoders[key]
+
+  def _decoder_key(self, beam_size: int | None, n_best: int | None, method: str | None,
+                   top_k: int | None) -> tuple:
+    """(method, beam size, n-best, top-k) of a decoder, the defaults resolved."""
+    method = method or self.config.decode_method
+    if method == 'sample':
+      return (method, None, n_best, self.config.sample_top_k if top_k is None else top_k)
+    return (method, 1 if method == 'greedy' else beam_size or self.config.beam_size, n_best,
+            None)
+
+  def compile_ahead(self, *, max_rows: int = INTERACTIVE_ROWS, threads: int | None = None,
+                    wait: bool = True, method: str | None = None, beam_size: int | None = None,
+                    n_best: int | None = None, top_k: int | None = None) -> ahead.Precompiled:
+    """Compiles the decoder of these settings (translate's arguments) for every shape a
+    call of at most `max_rows` sentences can meet (interactive_shapes: each length bucket up
+    to max_input_length, with one row a device and with max_rows), the likeliest first, on
+    `threads` threads (default: a quarter of the cores, at least 1), so that such calls,
+    and streams of at most max_rows lines a batch, never wait for a compilation.
+
+    wait=True returns when all are compiled; wait=False at once, compiling in the
+    background: a call that needs a shape still queued compiles it then, and close() (or
+    leaving `with translator:`) drops the queue. The compilation cache keeps them for the
+    next process (config.compilation_cache_dir).
+    """
+    key = self._decoder_key(beam_size, n_best, method, top_k)
+    decoder = self.decoder(beam_size, n_best, method=method, top_k=top_k)
+    if isinstance(decoder, ahead.Precompiled):
+      return decoder
+    shapes = interactive_shapes(self.config, self.mesh.size, max_rows=max_rows,
+                                max_length=self.max_input_length)
+    pool = ahead.make_pool(threads or max(ahead.default_threads(), 1))
+    self._pools.append(pool)
+    settings = self._abstract_sampling if key[0] == 'sample' else None
+    self._decoders[key] = ahead.searches(decoder, self.decoding_params, shapes, self.mesh,
+                                         pool=pool, name=f'{key[0]} search', settings=settings)
+    if wait:
+      pool.shutdown(wait=True)
+      self._pools.remove(pool)
+    return self._decoders[key]
+
+  def _abstract_sampling(self, rows: int) -> Sampling:
+    """A sampling decoder's settings for a batch of `rows`, as shapes (compile_ahead)."""
+    return Sampling(index=jax.ShapeDtypeStruct((rows,), np.int32,
+                                               sharding=NamedSharding(self.mesh, P(AXIS))),
+                    temperature=jax.ShapeDtypeStruct((), np.float32),
+                    key=jax.ShapeDtypeStruct((2,), np.uint32))
+
+  def close(self) -> None:
+    """Drops the compilations compile_ahead has queued and not started."""
+    for pool in self._pools:
+      pool.shutdown(wait=False, cancel_futures=True)
+    self._pools.clear()
+
+  def __enter__(self) -> Translator:
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    self.close()
 
   def translate(self, sentences: Sequence[str] | str, *, method: str | None = None,
                 beam_size: int | None = None, alpha: float | None = None,
@@ -366,7 +447,10 @@ class Translator:
     config.beam_size and config.beam_alpha (4 and 0.6, §6.1); temperature, top_k and seed to
     config.sample_temperature, sample_top_k and sample_seed. One str in gives one
     translation (or list) out. first_line numbers the sentences in warnings and keys their
-    samples (sentence i: first_line - 1 + i); max_rows caps a decoding batch (streams).
+    samples (sentence i: first_line - 1 + i). max_rows caps a decoding batch's rows and
+    makes its shape one of interactive_shapes' (streams); a call of at most
+    INTERACTIVE_ROWS sentences does so by itself, so that after compile_ahead none waits
+    for a compilation.
     """
     single = isinstance(sentences, str)
     sentences = [sentences] if single else sentences
@@ -376,10 +460,12 @@ class Translator:
                                      first_line=first_line)
     draws = (self._sampling([first_line - 1 + i for i in nonempty], temperature, top_k, seed)
              if method == 'sample' else None)
+    if not max_rows and len(inputs) <= INTERACTIVE_ROWS:
+      max_rows = INTERACTIVE_ROWS  # a few sentences: small batches, not 4096 tokens' worth
     outputs, scores = translate_ids(
         self.decoder(beam_size, n_best, method=method, top_k=top_k), self.decoding_params,
         inputs, self.config, self.mesh, alpha=alpha, sampling=draws, max_rows=max_rows,
-        show_progress=show_progress)
+        max_length=self.max_input_length if max_rows else 0, show_progress=show_progress)
     results = self._results(len(sentences), nonempty, outputs, scores, n_best)
     return results[0] if single else results
 
@@ -650,7 +736,10 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
     raise errors.UserError('--input=-: standard input is closed; give it lines, or --input=FILE')
   translator = Translator(config, workdir, mode='translate')
   if input_path == '-' and jax.process_count() == 1:
-    with stream_output(output_path) as out:
+    # Every batch shape of the stream compiled in the background from the start, so that
+    # lines arriving later wait for none; the queue is dropped when the input ends.
+    with translator, stream_output(output_path) as out:
+      translator.compile_ahead(max_rows=stream_lines, n_best=n_best, wait=False)
       count = stream(translator, sys.stdin.buffer, out, n_best=n_best, max_lines=stream_lines,
                      wait_s=stream_wait_s)
     logging.info('Translated %d lines of <stdin>.', count)

@@ -63,7 +63,8 @@ class Precompiled:
   (make_pool) in that order, after what was submitted before them; `abstract(key)` gives
   the abstract arguments a key is compiled for, and `key_of(args)` a call's key. No pool:
   each key is compiled when first met, on the calling thread, as jax.jit does.
-  `blocked_s`: seconds calls spent waiting for a compilation (the cost this removes).
+  `blocked_s`: seconds calls spent waiting for a compilation (the cost this removes);
+  `compiled_on_call`: keys compiled on a caller's thread (not begun ahead, or unplanned).
   """
 
   def __init__(self, fn: Callable, keys: Sequence[Hashable],
@@ -72,7 +73,7 @@ class Precompiled:
     self._fn, self._abstract, self._key_of = fn, abstract, key_of
     self._compiled: dict[Hashable, concurrent.futures.Future] = {}
     self._lock = threading.Lock()
-    self.blocked_s, self.waits = 0.0, 0
+    self.blocked_s, self.waits, self.compiled_on_call = 0.0, 0, 0
     for key in dict.fromkeys(keys) if pool else ():
       self._compiled[key] = pool.submit(self._compile, key)
     if pool:
@@ -94,6 +95,7 @@ class Precompiled:
         future.set_running_or_notify_cancel()
     t0 = time.perf_counter()
     if mine:
+      self.compiled_on_call += 1
       try:
         future.set_result(self._compile(key))
       except BaseException as e:
@@ -121,15 +123,18 @@ def steps(step: Callable, fixed: Any, shapes: Sequence[Shape], mesh: Mesh, *,
 
 
 def searches(search: Callable, params: Any, shapes: Sequence[tuple[int, int]], mesh: Mesh, *,
-             pool: concurrent.futures.ThreadPoolExecutor | None, name: str) -> Precompiled:
-  """A beam search, `search(params, src, alpha)` (translator.make_sharded_decoder), compiled
-  ahead for sources of `shapes`: global (rows, S)."""
+             pool: concurrent.futures.ThreadPoolExecutor | None, name: str,
+             settings: Callable[[int], Any] | None = None) -> Precompiled:
+  """A search, `search(params, src, settings)` (translator.make_sharded_decoder), compiled
+  ahead for sources of `shapes`: global (rows, S). `settings(rows)`: the abstract third
+  argument for a batch of `rows` (None: beam search's α, a float32 scalar)."""
   params = _abstract(params)
   sharding = NamedSharding(mesh, P(AXIS))
   alpha = jax.ShapeDtypeStruct((), np.float32)
 
   def abstract(key: tuple[int, int]) -> tuple:
-    return params, jax.ShapeDtypeStruct(key, np.int32, sharding=sharding), alpha
+    return (params, jax.ShapeDtypeStruct(key, np.int32, sharding=sharding),
+            alpha if settings is None else settings(key[0]))
   return Precompiled(search, list(shapes), abstract, lambda args: tuple(args[1].shape),
                      pool=pool, name=name)
 
