@@ -343,3 +343,18 @@ def test_a_swapped_form_is_undone_whatever_happens(bench):
   with accelerator.swapped(*accelerator.FORMS['hash dropout bits']):
     assert kernels.KERNELS['xla'].dropout_bits is kernels.hash_bits
   assert (kernels.KERNELS['xla'], transformer.scaled_dot_product_attention) == before
+
+
+def test_interactive_requests_after_compiling_ahead(bench, tiny, monkeypatch, capsys):
+  """interactive.py: every interactive shape compiled ahead, then requests that wait for none
+  (the test process keeps its own compilation cache: the script's would outlive its folder)."""
+  interactive = bench('interactive')
+  monkeypatch.setattr(interactive.xla, 'enable_compilation_cache', lambda directory: None)
+  [line] = run_main(interactive, monkeypatch, capsys, '--configs=demo', '--requests=3',
+                    '--max-length=8')
+  assert set(line) == {'benchmark', 'config', 'devices', 'backend', 'max_length', 'shapes',
+                       'compile_ahead_s', 'compile_ahead_cached_s', 'first_request_compiling_s',
+                       'requests', 'waits', 'p50_s', 'p95_s', 'max_s'}
+  # On 8 devices with 64 tokens a batch: bucket 4 with 8 rows and with 16, bucket 8 with 8.
+  assert line['devices'] == 8 and line['shapes'] == 3
+  assert line['waits'] == 0 and 0 < line['p50_s'] <= line['p95_s'] <= line['max_s']
