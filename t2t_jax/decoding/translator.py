@@ -529,15 +529,22 @@ def check_search(method: str, beam_size: int | None, n_best: int | None,
                            "beam; use method='beam' for a wider one")
   if n_best is None:
     return
-  if method == 'sample':
-    if n_best < 1:
-      raise errors.UserError(f'n_best={n_best}: must be ≥ 1 (the samples of each sentence)')
-    return
-  beam = 1 if method == 'greedy' else beam_size or config.beam_size
-  if not 1 <= n_best <= beam:
+  most = n_best_bound(method, beam_size, config)
+  if most is None and n_best < 1:
+    raise errors.UserError(f'n_best={n_best}: must be ≥ 1 (the samples of each sentence)')
+  if most is not None and not 1 <= n_best <= most:
     where = 'greedy decoding' if method == 'greedy' else 'config.beam_size'
-    raise errors.UserError(f'n_best={n_best}: must be between 1 and the beam size ({beam}; '
+    raise errors.UserError(f'n_best={n_best}: must be between 1 and the beam size ({most}; '
                            f'{where})')
+
+
+def n_best_bound(method: str, beam_size: int | None, config: ml_collections.ConfigDict,
+                 ) -> int | None:
+  """The most hypotheses a search keeps for n-best: its beam (greedy decoding: one);
+  None for sampling, which draws any number."""
+  if method == 'sample':
+    return None
+  return 1 if method == 'greedy' else beam_size or config.beam_size
 
 
 def check_params_match(params: Any, config: ml_collections.ConfigDict,
@@ -708,7 +715,7 @@ def stream(translator: Translator, binary: BinaryIO, out: BinaryIO, *, name: str
 def check_n_best_flag(n_best: int | None, config: ml_collections.ConfigDict) -> None:
   """--n_best: up to the beam's hypotheses (greedy decoding: one beam), any number of
   samples."""
-  most = {'beam': config.beam_size, 'greedy': 1}.get(config.decode_method)
+  most = n_best_bound(config.decode_method, None, config)
   if n_best is None or (1 <= n_best and (most is None or n_best <= most)):
     return
   which = 'config.beam_size' if config.decode_method == 'beam' else 'greedy decoding'
