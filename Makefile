@@ -18,18 +18,25 @@ setup: $(VENV)/.installed
 setup-test: $(VENV)/.installed-test
 
 # A python3 older than requires-python fails here, in one line, before a .venv is made.
-$(VENV)/.installed: pyproject.toml
+define make_venv
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo \
 	  "t2t_jax needs Python >= 3.11 (pyproject.toml), $(PYTHON) is $$($(PYTHON) -V 2>&1):" \
 	  "make $(or $(MAKECMDGOALS),setup) PYTHON=python3.11 (or newer)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+endef
+
+$(VENV)/.installed: pyproject.toml
+	$(make_venv)
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
+# The package and the test extras in one pip run: a second run would resolve and build the
+# package again. It is then set up for the demo too.
+$(VENV)/.installed-test: pyproject.toml
+	$(make_venv)
 	$(PY) -m pip install --quiet -e '.[test]'
-	touch $@
+	touch $(VENV)/.installed $@
 
 DEMO = $(PY) -m t2t_jax.main --config=experiments/demo.py --workdir=$(WORKDIR)
 

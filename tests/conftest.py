@@ -10,6 +10,22 @@ import tempfile
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+
+# A home of the test run's own, made by its first process (pytest-xdist's workers inherit it)
+# and removed when that process exits: nothing a test starts writes to the user's home, and
+# the default config.compilation_cache_dir ('~/.cache/t2t_jax/xla') becomes one compilation
+# cache for the whole run. Every process compiles into it: both test processes, and every
+# `main.py` a test starts that keeps the config's cache on. The suite compiles
+# the same tiny programs again and again, in process after process (each 1-, 2- and
+# 8-device run, each host of a two-process run); from the cache, a repeat costs a file read.
+if 'T2T_JAX_TEST_HOME' not in os.environ:
+  os.environ['T2T_JAX_TEST_HOME'] = tempfile.mkdtemp(prefix='t2t_jax-tests-')
+  atexit.register(shutil.rmtree, os.environ['T2T_JAX_TEST_HOME'], ignore_errors=True)
+os.environ['HOME'] = os.environ['T2T_JAX_TEST_HOME']
+os.environ['JAX_COMPILATION_CACHE_DIR'] = os.path.expanduser('~/.cache/t2t_jax/xla')
+# Test programs compile in well under XLA's 1 s default (helpers.TEST_XLA_FLAGS); skip only
+# the trivial ones.
+os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0.3'
 # experiments/ is imported as a package by configs that build on each other.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,15 +42,12 @@ from t2t_jax.platform import xla  # noqa: E402  (after the environment above)
 
 xla.configure_cpu()
 
-# Tests train and decode the same tiny models again and again, each time with freshly built
-# jitted functions: a compilation cache for this test process (each xdist worker its own,
-# removed at exit) serves the repeats, which nearly halves the training tests' time.
-# Subprocesses (main.py) use their config's compilation_cache_dir, as a user's runs do;
-# results are the same executables either way.
-_XLA_CACHE = tempfile.mkdtemp(prefix='t2t_jax-test-xla-')
-atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
-jax.config.update('jax_compilation_cache_dir', _XLA_CACHE)
-jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.3)  # skip the trivial ones
+# Tests also train and decode the same tiny models in this process, each time with freshly
+# built jitted functions: the run's cache (above) serves those repeats too. Results are the
+# same executables either way.
+jax.config.update('jax_compilation_cache_dir', os.environ['JAX_COMPILATION_CACHE_DIR'])
+jax.config.update('jax_persistent_cache_min_compile_time_secs',
+                  float(os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS']))
 
 
 @pytest.fixture(scope='session')

@@ -10,10 +10,12 @@ from helpers import ROOT, cpu_env
 
 
 @pytest.mark.slow
-def test_the_accelerator_benchmark_runs_every_part(tmp_path):
+def test_the_accelerator_benchmark_runs_its_parts_in_process(tmp_path):
   out = tmp_path / 'figures.jsonl'
   env = cpu_env(None)  # one CPU device, as on one accelerator
-  parts = 'matmul,train,forms,profile,peer,decode,compile,demo'
+  # The compile and demo parts run processes of their own: test_benchmarks.py runs them on
+  # those processes' output, and the demo's modes run in test_notebook.py and test_readme.py.
+  parts = 'matmul,train,forms,profile,peer,decode'
   result = subprocess.run([sys.executable, 'benchmarks/accelerator.py', '--size=tiny',
                            f'--out={out}', f'--parts={parts}', '--forms=xla,bf16 tied logits',
                            '--decode-forms=xla,cpu forms', f'--profile-dir={tmp_path}/profile'],
@@ -24,9 +26,6 @@ def test_the_accelerator_benchmark_runs_every_part(tmp_path):
   assert parts[0] == 'device' and lines[0]['size'] == 'tiny'
   assert parts.count('matmul') == 2 and parts.count('train') == 4 and parts.count('peer') == 1
   assert parts.count('decode') == 3 and parts.count('decode_agreement') == 1
-  assert [line['cache'] for line in lines if line['part'] == 'compile'] == ['cold', 'warm']
-  assert [line['mode'] for line in lines if line['part'] == 'demo'] == ['train', 'average',
-                                                                        'eval']
   for line in lines:
     if line['part'] in ('train', 'peer'):
       assert line['ms'] > 0 and 0 < line['fraction_of_peak']
@@ -45,7 +44,5 @@ def test_the_accelerator_benchmark_runs_every_part(tmp_path):
   assert profile[0]['busy_ms_per_step'] > 0 and any('kernel' in line for line in profile)
   assert 'HloModule' in (tmp_path / 'profile' / 'base_step_hlo.txt').read_text()[:200]
   assert (tmp_path / 'profile' / 'base_step_trace.json.gz').stat().st_size > 0
-  demo_eval = lines[-1]
-  assert demo_eval['compilations'] > 0 and 0 <= demo_eval['sacrebleu'] <= 100
   assert (out.parent / 'figures.md').read_text().startswith('| part | what | figure |')
 

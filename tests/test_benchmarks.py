@@ -345,6 +345,51 @@ def test_a_swapped_form_is_undone_whatever_happens(bench):
   assert (kernels.KERNELS['xla'], transformer.scaled_dot_product_attention) == before
 
 
+def test_the_demo_and_compile_parts_read_the_processes_they_start(bench, tmp_path,
+                                                                    monkeypatch):
+  """accelerator.py's demo and compile parts, the processes they start replaced by what those
+  print: make demo's modes in one fresh workdir with the cache off, each line with its
+  compilations; the compile probe over one cache, cold then warm. (The modes themselves run
+  in test_notebook.py and test_readme.py, the probe's step in the accelerator test.)"""
+  accelerator = bench('accelerator')
+  calls = []
+
+  def fake_run(argv, *, env, **kwargs):
+    calls.append((argv, env))
+    if '--probe-compile' in argv:
+      cold = not os.listdir(env['JAX_COMPILATION_CACHE_DIR'])
+      open(os.path.join(env['JAX_COMPILATION_CACHE_DIR'], 'entry'), 'w').close()
+      out = json.dumps({'lower_s': 0.5, 'compile_s': 9.0 if cold else 0.25})
+      return subprocess.CompletedProcess(argv, 0, stdout=f'noise\n{out}\n', stderr='')
+    workdir = next(a for a in argv if a.startswith('--workdir='))[len('--workdir='):]
+    if '--mode=eval' in argv:
+      os.makedirs(os.path.join(workdir, 'eval', 'test-x'))
+      with open(os.path.join(workdir, 'eval', 'test-x', 'scores.json'), 'w') as f:
+        json.dump({'sacrebleu': 12.5}, f)
+    log = ('I Finished XLA compilation of jit(train_step) in 1.250000000 sec\n'
+           'I Finished XLA compilation of jit(search) in 2.5 sec\n')
+    return subprocess.CompletedProcess(argv, 0, stdout='', stderr=log)
+
+  monkeypatch.setattr(accelerator.subprocess, 'run', fake_run)
+  out = str(tmp_path / 'figures.jsonl')
+  demo = accelerator.bench_demo(accelerator.SIZES['full'], out)
+  assert [(line['mode'], line['compilations'], line['compile_s']) for line in demo] == [
+      ('train', 2, 3.8), ('average', 2, 3.8), ('eval', 2, 3.8)]
+  assert demo[-1]['sacrebleu'] == 12.5 and 'sacrebleu' not in demo[0]
+  workdirs = {a for argv, _ in calls for a in argv if a.startswith('--workdir=')}
+  assert len(workdirs) == 1 and not os.path.exists(workdirs.pop()[len('--workdir='):])
+  for argv, env in calls:
+    assert argv[1:4] == ['-m', 't2t_jax.main', '--config=experiments/demo.py']
+    assert '--config.compilation_cache_dir=' in argv and env['JAX_LOG_COMPILES'] == '1'
+  calls.clear()
+  compile_lines = accelerator.bench_compile('tiny', out)
+  assert [(line['cache'], line['compile_s']) for line in compile_lines] == [
+      ('cold', 9.0), ('warm', 0.25)]
+  assert [argv[1:] for argv, _ in calls] == [[accelerator.__file__, '--probe-compile',
+                                               '--size', 'tiny']] * 2
+  assert len(open(out).readlines()) == 5
+
+
 def test_interactive_requests_after_compiling_ahead(bench, tiny, monkeypatch, capsys):
   """interactive.py: every interactive shape compiled ahead, then requests that wait for none
   (the test process keeps its own compilation cache: the script's would outlive its folder)."""

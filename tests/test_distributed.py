@@ -28,8 +28,7 @@ TINY = ['--config=experiments/demo.py', '--config.dataset=synthetic',
         '--config.tokens_per_batch=192', '--config.warmup_steps=10',
         '--config.checkpoint_every_steps=4', '--config.checkpoint_every_minutes=0',
         '--config.log_every_steps=1', f'--config.eval_every_steps={STEPS}',
-        '--config.decode_tokens_per_batch=64', '--config.decode_extra_length=5',
-        '--config.compilation_cache_dir=']
+        '--config.decode_tokens_per_batch=64', '--config.decode_extra_length=5']
 
 
 def free_port() -> int:

@@ -15,7 +15,7 @@ import types
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, TEST_XLA_FLAGS
 
 nbformat = pytest.importorskip('nbformat')
 
@@ -239,9 +239,8 @@ def test_notebook_runs_the_demo_on_cpu(tmp_path, monkeypatch, venv_kernel):
   runtime, workdir = tmp_path / 'content', tmp_path / 'run'
   runtime.mkdir()
   monkeypatch.setenv('T2T_NOTEBOOK_REPO_URL', ROOT)
-  # XLA's default compilation, not helpers.TEST_XLA_FLAGS: the demo runs long enough that
-  # optimised programs win back their compile time, and it compares nothing with this process.
-  monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
+  # The tiny demo spends most of its time compiling: TEST_XLA_FLAGS halve that.
+  monkeypatch.setenv('XLA_FLAGS', f'--xla_force_host_platform_device_count=8 {TEST_XLA_FLAGS}')
   monkeypatch.setenv('T2T_NOTEBOOK_WORKDIR', str(workdir))
   monkeypatch.setenv('T2T_NOTEBOOK_OVERRIDES', TINY_OVERRIDES)
   monkeypatch.setenv('T2T_NOTEBOOK_SKIP_INSTALL', '1')

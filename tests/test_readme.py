@@ -17,8 +17,7 @@ TINY_TRAINING = ['--config.dataset=synthetic', '--config.model.num_layers=1',
                  '--config.tokens_per_batch=192', '--config.warmup_steps=10',
                  '--config.num_train_steps=6', '--config.checkpoint_every_steps=1',
                  '--config.log_every_steps=3', '--config.eval_every_steps=6',
-                 '--config.decode_tokens_per_batch=64', '--config.decode_extra_length=5',
-                 '--config.compilation_cache_dir=']
+                 '--config.decode_tokens_per_batch=64', '--config.decode_extra_length=5']
 
 
 def quick_start() -> list[str]:

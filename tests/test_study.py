@@ -22,7 +22,7 @@ TINY = {'dataset': 'synthetic', 'vocab_size': 40, 'max_length': 12, 'tokens_per_
         'model.num_layers': 1, 'model.d_model': 32, 'model.d_ff': 64, 'num_train_steps': 4,
         'warmup_steps': 2, 'checkpoint_every_steps': 2, 'log_every_steps': 2,
         'eval_every_steps': 4, 'decode_tokens_per_batch': 256, 'eval_tokens_per_batch': 256,
-        'decode_extra_length': 5, 'compilation_cache_dir': ''}
+        'decode_extra_length': 5}
 # Table 3's printed cells for the two rows (A: h = 4; B: d_k = 32).
 PAPER = {'A_h4': dict(N=6, d_model=512, d_ff=2048, h=4, d_k=128, d_v=128, P_drop=0.1,
                       eps_ls=0.1, train_steps=100_000, ppl=5.00, bleu=25.5, params_millions=65),

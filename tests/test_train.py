@@ -179,7 +179,7 @@ def tiny_files_config(tmp_path):
   # 4 steps: their batches have 17, 17, 12 and 17 rows (two shapes to compile per run).
   config = make_config(tmp_path, bucket_band=0, bucket_growth=1.25, num_train_steps=4,
                                  warmup_steps=10, log_every_steps=1, eval_every_steps=4,
-                                 checkpoint_every_minutes=0.0, compilation_cache_dir='')
+                                 checkpoint_every_minutes=0.0)
   config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4, dropout_rate=0.0)
   base = wmt_ende_base.get_config()
   flags = [f'--config.{k}={v}' for k, v in config.items() if k != 'model' and v != base[k]]

@@ -103,7 +103,8 @@ def enable_compilation_cache(directory: str) -> None:
   decoding steps, not the many small helpers. A torn entry (a run killed while writing it)
   only costs a warning and a recompilation: JAX checks what it reads.
   """
-  if not directory:
+  if not directory:  # off, also where JAX_COMPILATION_CACHE_DIR names one
+    jax.config.update('jax_compilation_cache_dir', None)
     return
   path = os.path.expanduser(directory)
   jax.config.update('jax_compilation_cache_dir', path)
