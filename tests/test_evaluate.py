@@ -2,14 +2,16 @@
 
 The tiny trained run (`tiny_workdir`, conftest.py) is shared with test_translator.py."""
 import json
+import logging
 import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
-from helpers import ROOT, TINY_CLI, cpu_env, run_cli, tiny_config
+from helpers import ROOT, TINY_CLI, CompileLog, cpu_env, run_cli, tiny_config
 from t2t_jax import trainer
 from t2t_jax.decoding import bleu, evaluate
 from t2t_jax.decoding.translator import Translator, decoding_batches
@@ -209,6 +211,36 @@ def test_evaluations_by_sampling_or_an_ensemble_name_their_search(workdir):
       (workdir, scores['beam']['params'])]
   assert (scores['sample']['decode_method'], scores['sample']['sample_seed']) == ('sample', 2)
   assert not {'decode_method', 'ensemble'} & set(scores['beam'])
+
+
+def test_eval_compiles_its_search_and_loss_ahead_where_cores_allow(workdir, monkeypatch):
+  """With background threads (ahead.default_threads: 4 cores or more), --mode=eval compiles
+  the search for every decoding batch shape and the loss's eval step for every batch shape
+  on them while it decodes, and scores as it does compiling each when met."""
+  from t2t_jax.training import ahead
+  config = tiny_config()
+  config.decode_params = 'checkpoint'  # an earlier test may have averaged
+  # A held-out set of 48 pairs (synthetic.eval_set: one batch's rows): over INTERACTIVE_ROWS,
+  # so decoded in batches of its own length buckets.
+  config.tokens_per_batch = 48 * config.max_length
+  expected = evaluate.run_eval(config, workdir)
+  monkeypatch.setattr(ahead, 'default_threads', lambda: 2)
+  handler = CompileLog()
+  logging.getLogger('jax').addHandler(handler)
+  jax.config.update('jax_log_compiles', True)
+  try:
+    got = evaluate.run_eval(config, workdir)
+  finally:
+    jax.config.update('jax_log_compiles', False)
+    logging.getLogger('jax').removeHandler(handler)
+  threads = {name: [thread for thread, function in handler.records if name in function]
+             for name in ('search', 'eval_step')}
+  assert len(threads['search']) > 1 and len(threads['eval_step']) == 1, threads
+  for name, where in threads.items():
+    # The first search shape may be compiled by the call itself, which needs it at once.
+    assert sum(not t.startswith('compile_ahead') for t in where) <= 1, (name, where)
+  assert [t.startswith('compile_ahead') for t in threads['eval_step']] == [True]
+  assert got == expected
 
 
 def eval_folder(workdir, readable):

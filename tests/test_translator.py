@@ -399,3 +399,29 @@ def test_after_compile_ahead_small_calls_compile_nothing(tiny_workdir):
   assert search.waits == sampler.waits == 0
   assert got == expected and got_samples == expected_samples
   assert out.getvalue().decode().splitlines() == reference.translate(lines)
+
+
+def test_a_large_call_samples_alike_with_its_shapes_compiled_ahead(tiny_workdir, loaded,
+                                                                    monkeypatch):
+  """With background threads (ahead.default_threads: 4 cores or more), a call of many
+  sentences compiles its batches' shapes on them (test_evaluate: beam search), here with
+  sampling's settings, and samples as a call that compiles each shape when met."""
+  from t2t_jax.training import ahead
+  # Two length buckets, over INTERACTIVE_ROWS sentences: two shapes of translate_ids' own.
+  sentences = ['5 6', '7 8 9 10 11 12 13 14 15'] * (translator.INTERACTIVE_ROWS // 2 + 1)
+  inputs = translator.encode_inputs(sentences, loaded.tokenizer, loaded.max_input_length)[1]
+  assert len(set(translator.batch_shapes(inputs, loaded.config, loaded.mesh.size))) == 2
+  expected = loaded.translate(sentences, **SAMPLED)
+  monkeypatch.setattr(ahead, 'default_threads', lambda: 2)
+  handler = CompileLog()
+  logging.getLogger('jax').addHandler(handler)
+  jax.config.update('jax_log_compiles', True)
+  try:
+    got = Translator(loaded.config, tiny_workdir).translate(sentences, **SAMPLED)
+  finally:
+    jax.config.update('jax_log_compiles', False)
+    logging.getLogger('jax').removeHandler(handler)
+  draws = [thread for thread, name in handler.records if 'draw' in name]
+  # The first shape may be compiled by the call itself, which needs it at once.
+  assert len(draws) == 2 and any(t.startswith('compile_ahead') for t in draws), draws
+  assert got == expected

@@ -23,7 +23,7 @@ MAY_DIFFER = frozenset({'config.model.dtype', 'config.model.kernels'})
 # Keys added since runs were first recorded: a config.json without one reads as this.
 ADDED_MODEL_KEYS = {'kernels': 'auto'}
 ADDED_KEYS = {'decode_method': 'beam', 'sample_temperature': 1.0, 'sample_top_k': 0,
-              'sample_seed': 0, 'ensemble': ''}
+              'sample_seed': 0, 'ensemble': '', 'compile_ahead': True}
 # Keys that act on the invocation that has them (workdir.move_aside, an older checkpoint):
 # a config read back from the workdir has them at their defaults.
 PER_INVOCATION = {'restart': False, 'restore_step': 0}

@@ -18,6 +18,7 @@ from t2t_jax.decoding import bleu
 from t2t_jax.decoding.translator import Translator, one_line
 from t2t_jax.platform import files
 from t2t_jax.platform import workdir as workdir_lib
+from t2t_jax.training import ahead
 from t2t_jax.training.train_step import compile_eval_step, eval_metrics
 
 EVAL = 'eval'
@@ -87,10 +88,15 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                                tokenizer=translator.tokenizer, num_devices=translator.mesh.size,
                                process_index=jax.process_index(),
                                process_count=jax.process_count())
-  hypotheses = translator(evalset.sources)
-  scores = bleu.bleu_scores(hypotheses, evalset.references, target_lang=config.target_lang)
-  eval_fn = compile_eval_step(translator.model_config, config.label_smoothing, translator.mesh)
-  scores.update(eval_metrics(eval_fn, translator.params, evalset.batches(), translator.mesh))
+  # The loss's eval step compiles for the split's batch shapes while the search decodes.
+  pool = ahead.make_pool(ahead.default_threads() if config.compile_ahead else 0)
+  with ahead.cancelled_on_exit(pool):
+    eval_fn = ahead.steps(
+        compile_eval_step(translator.model_config, config.label_smoothing, translator.mesh),
+        translator.params, evalset.batch_shapes(), translator.mesh, pool=pool, name='eval step')
+    hypotheses = translator(evalset.sources)
+    scores = bleu.bleu_scores(hypotheses, evalset.references, target_lang=config.target_lang)
+    scores.update(eval_metrics(eval_fn, translator.params, evalset.batches(), translator.mesh))
   scores.update(split=config.eval_split, params=translator.source, step=translator.step,
                 sentences=len(hypotheses), beam_size=config.beam_size,
                 beam_alpha=config.beam_alpha, decode_extra_length=config.decode_extra_length,

@@ -462,12 +462,33 @@ class Translator:
              if method == 'sample' else None)
     if not max_rows and len(inputs) <= INTERACTIVE_ROWS:
       max_rows = INTERACTIVE_ROWS  # a few sentences: small batches, not 4096 tokens' worth
-    outputs, scores = translate_ids(
-        self.decoder(beam_size, n_best, method=method, top_k=top_k), self.decoding_params,
-        inputs, self.config, self.mesh, alpha=alpha, sampling=draws, max_rows=max_rows,
-        max_length=self.max_input_length if max_rows else 0, show_progress=show_progress)
+    decoder = self.decoder(beam_size, n_best, method=method, top_k=top_k)
+    with self._shapes_ahead(decoder, [] if max_rows else inputs, method) as decoder:
+      outputs, scores = translate_ids(
+          decoder, self.decoding_params, inputs, self.config, self.mesh, alpha=alpha,
+          sampling=draws, max_rows=max_rows,
+          max_length=self.max_input_length if max_rows else 0, show_progress=show_progress)
     results = self._results(len(sentences), nonempty, outputs, scores, n_best)
     return results[0] if single else results
+
+  @contextlib.contextmanager
+  def _shapes_ahead(self, decoder: Decoder, inputs: Sequence[Sequence[int]],
+                    method: str) -> Iterator[Decoder]:
+    """`decoder` compiled ahead for the batch shapes of `inputs` (batch_shapes), as the
+    trainer does for dev BLEU, with config.compile_ahead on a host with cores to spare
+    (ahead.default_threads): each length bucket is a compilation of the search, and on an
+    accelerator they, not the decoding, take most of an evaluation's time. Elsewhere
+    `decoder` as it is."""
+    threads = ahead.default_threads() if self.config.compile_ahead else 0
+    shapes = batch_shapes(inputs, self.config, self.mesh.size)
+    if not threads or len(set(shapes)) < 2 or isinstance(decoder, ahead.Precompiled):
+      yield decoder
+      return
+    pool = ahead.make_pool(threads)
+    with ahead.cancelled_on_exit(pool):
+      yield ahead.searches(decoder, self.decoding_params, shapes, self.mesh, pool=pool,
+                           name=f'{method} search',
+                           settings=self._abstract_sampling if method == 'sample' else None)
 
   def _sampling(self, numbers: list[int], temperature: float | None, top_k: int | None,
                 seed: int | None) -> Sampling:
