@@ -480,8 +480,8 @@ class Translator:
     accelerator they, not the decoding, take most of an evaluation's time. Elsewhere
     `decoder` as it is."""
     threads = ahead.default_threads() if self.config.compile_ahead else 0
-    shapes = batch_shapes(inputs, self.config, self.mesh.size)
-    if not threads or len(set(shapes)) < 2 or isinstance(decoder, ahead.Precompiled):
+    shapes = batch_shapes(inputs, self.config, self.mesh.size) if threads else []
+    if len(set(shapes)) < 2 or isinstance(decoder, ahead.Precompiled):
       yield decoder
       return
     pool = ahead.make_pool(threads)
