@@ -10,12 +10,12 @@ import logging
 import os
 import random
 import subprocess
-import sys
 
 import jax
 import ml_collections
 import numpy as np
 
+import warm_cli
 from experiments import demo, wmt_ende_base
 from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
 from t2t_jax.model.transformer import ModelConfig, Transformer
@@ -43,10 +43,10 @@ def cpu_env(devices: int | None, **extra: str) -> dict[str, str]:
 def run_cli(*args: str, devices: int | None = 2, env: dict | None = None, timeout: float = 600,
             **kwargs) -> subprocess.CompletedProcess:
   """`python -m t2t_jax.main ARGS` from the repository root, its output captured as text, on
-  `devices` CPU devices (cpu_env)."""
-  return subprocess.run([sys.executable, '-m', 't2t_jax.main', *args], cwd=ROOT,
-                        env=cpu_env(devices, **(env or {})), capture_output=True, text=True,
-                        timeout=timeout, **kwargs)
+  `devices` CPU devices (cpu_env); forked by warm_cli where it can be."""
+  return warm_cli.run([*warm_cli.COMMAND, *args], cwd=ROOT,
+                      env=cpu_env(devices, **(env or {})), capture_output=True, text=True,
+                      timeout=timeout, **kwargs)
 
 
 def dead_pid() -> int:

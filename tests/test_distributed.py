@@ -11,13 +11,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import jax
 import numpy as np
 import pytest
 
+import warm_cli
 from helpers import ROOT, cpu_env
 from t2t_jax.training import checkpoints
 
@@ -55,8 +55,8 @@ def start_each(commands, devices=None):
                  JAX_NUM_PROCESSES=str(len(commands)), JAX_PROCESS_ID=str(i))
       extra = ['--distributed']
     log_path = f'{workdir}.log-{i}'
-    procs.append(subprocess.Popen(
-        [sys.executable, '-m', 't2t_jax.main', *extra, *TINY, f'--workdir={workdir}', *args],
+    procs.append(warm_cli.popen(
+        [*warm_cli.COMMAND, *extra, *TINY, f'--workdir={workdir}', *args],
         cwd=ROOT, env=env, stdout=open(log_path, 'w'), stderr=subprocess.STDOUT, text=True))
     procs[-1].log_path = log_path
   return procs

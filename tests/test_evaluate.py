@@ -4,13 +4,12 @@ The tiny trained run (`tiny_workdir`, conftest.py) is shared with test_translato
 import json
 import logging
 import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 
+import warm_cli
 from helpers import ROOT, TINY_CLI, CompileLog, cpu_env, run_cli, tiny_config
 from t2t_jax import trainer
 from t2t_jax.decoding import bleu, evaluate
@@ -148,17 +147,16 @@ def test_stdin_is_split_on_newlines_only_like_a_file(workdir, tmp_path):
   raw = '5\u20286\n7\x0c8\n9\r10\n\x85\n'.encode('utf-8')
   (tmp_path / 'in.txt').write_bytes(raw)
   env = cpu_env(2)
-  args = [sys.executable, '-m', 't2t_jax.main', *TINY_CLI, f'--workdir={workdir}',
-          '--mode=translate']
-  from_stdin = subprocess.run([*args, '--input=-'], cwd=ROOT, env=env, input=raw,
+  args = [*warm_cli.COMMAND, *TINY_CLI, f'--workdir={workdir}', '--mode=translate']
+  from_stdin = warm_cli.run([*args, '--input=-'], cwd=ROOT, env=env, input=raw,
                               capture_output=True, timeout=600)
   assert from_stdin.returncode == 0, from_stdin.stderr[-3000:]
-  from_file = subprocess.run([*args, f'--input={tmp_path / "in.txt"}'], cwd=ROOT, env=env,
+  from_file = warm_cli.run([*args, f'--input={tmp_path / "in.txt"}'], cwd=ROOT, env=env,
                              capture_output=True, timeout=600)
   assert from_stdin.stdout == from_file.stdout
   assert from_stdin.stdout.count(b'\n') == 4 and from_stdin.stdout.endswith(b'\n\n')
   # A stream translates as lines arrive: the line before a bad one is answered, not lost.
-  bad = subprocess.run([*args, '--input=-'], cwd=ROOT, env=env, input=b'5 6\n7 \xff\n8\n',
+  bad = warm_cli.run([*args, '--input=-'], cwd=ROOT, env=env, input=b'5 6\n7 \xff\n8\n',
                        capture_output=True, timeout=600)
   assert bad.returncode != 0 and bad.stdout.count(b'\n') == 1
   assert bad.stderr.decode().strip().splitlines()[-1].startswith(

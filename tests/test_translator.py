@@ -9,7 +9,6 @@ import logging
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 
@@ -17,6 +16,7 @@ import jax
 import numpy as np
 import pytest
 
+import warm_cli
 from helpers import ROOT, TINY_CLI, CompileLog, cpu_env, tiny_config
 from t2t_jax import Hypothesis, Translator
 from t2t_jax.decoding import translator
@@ -156,8 +156,7 @@ def test_format_results_single_and_n_best():
 
 def run_main(*args, **popen):
   env = cpu_env(2)
-  return subprocess.Popen([sys.executable, '-m', 't2t_jax.main', *TINY_CLI, *args], cwd=ROOT,
-                          env=env, **popen)
+  return warm_cli.popen([*warm_cli.COMMAND, *TINY_CLI, *args], cwd=ROOT, env=env, **popen)
 
 
 def test_streaming_translation_answers_before_the_input_ends(tiny_workdir, loaded):
