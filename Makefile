@@ -10,6 +10,12 @@ PYTEST_ARGS ?=
 # two processes keep a 2-core machine busy; 0 runs the suite in this process alone.
 TEST_WORKERS ?= 2
 
+# pip byte-compiles every module it installs, 20,000 of them, most never imported here
+# (TensorFlow's, torch's, transformers'): it installs with --no-compile, and Python compiles
+# a module when it is first imported, into the venv, also where PYTHONDONTWRITEBYTECODE is set.
+export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: demo test test-fast lint bench setup setup-test
 
 # Two stamps: the demo installs the package alone, without TensorFlow (the extra `wmt`, for
@@ -28,14 +34,14 @@ endef
 
 $(VENV)/.installed: pyproject.toml
 	$(make_venv)
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet --no-compile -e .
 	touch $@
 
 # The package and the test extras in one pip run: a second run would resolve and build the
 # package again. It is then set up for the demo too.
 $(VENV)/.installed-test: pyproject.toml
 	$(make_venv)
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --no-compile -e '.[test]'
 	touch $(VENV)/.installed $@
 
 DEMO = $(PY) -m t2t_jax.main --config=experiments/demo.py --workdir=$(WORKDIR)

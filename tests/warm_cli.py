@@ -10,6 +10,7 @@ imported. So a command whose environment differs from this process's in anything
 variables read at run time (_RUN_TIME_VARIABLES), or that asks for what a fork cannot give
 (preexec_fn and the like), starts a real process; and the tests of the start (the console
 script, huge pages, the README and the notebook) start real processes themselves.
+T2T_JAX_TEST_FORK=0 starts every command as a real process.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ COMMAND = [sys.executable, '-m', 't2t_jax.main']
 # Read when the run starts (XLA's flags when its backend starts, jax.distributed's when it is
 # initialized), not when t2t_jax.main is imported; and pytest's name of the running test.
 _RUN_TIME_VARIABLES = frozenset(['XLA_FLAGS', 'JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES',
-                                 'JAX_PROCESS_ID', 'PYTEST_CURRENT_TEST'])
+                                 'JAX_PROCESS_ID', 'PYTEST_CURRENT_TEST', 'T2T_JAX_TEST_FORK'])
 # Popen arguments a forked command takes; any other starts a real process.
 _FORKABLE_ARGUMENTS = frozenset(['cwd', 'env', 'stdin', 'stdout', 'stderr', 'text'])
 
@@ -62,6 +63,8 @@ def run(args: list[str], *, input=None, timeout: float | None = None,  # noqa: A
 
 
 def _forkable(args: list[str], kwargs: dict) -> bool:
+  if os.environ.get('T2T_JAX_TEST_FORK') == '0':
+    return False
   if list(args[:len(COMMAND)]) != COMMAND or not set(kwargs) <= _FORKABLE_ARGUMENTS:
     return False
   env = kwargs.get('env') or os.environ
