@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 
+import warm_cli
 from experiments import demo
 from helpers import ROOT, cpu_env
 from t2t_jax import trainer
@@ -71,7 +72,8 @@ def test_stop_and_resume_is_bitwise_identical(tmp_path, straight_run):
 
 
 def run_main(workdir, *overrides, prelude='', wait=True):
-  """`python -m t2t_jax.main` on the tiny config; `prelude` runs first (to patch things)."""
+  """`python -m t2t_jax.main` on the tiny config (forked, warm_cli); `prelude` runs first, in
+  a new interpreter (to patch things)."""
   c = tiny_config()
   args = ['--config=experiments/demo.py', f'--workdir={workdir}', '--config.dataset=synthetic',
           '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
@@ -80,12 +82,16 @@ def run_main(workdir, *overrides, prelude='', wait=True):
           f'--config.num_train_steps={STEPS}', '--config.log_every_steps=4',
           f'--config.eval_every_steps={STEPS}', '--config.checkpoint_every_steps=4',
           '--config.checkpoint_every_minutes=0', *overrides]
-  code = (f'import sys; sys.argv = ["t2t_jax"] + {args!r}\n{prelude}\n'
-          'from absl import app\nfrom t2t_jax import main\napp.run(main.main)\n')
   # The same 8 devices as this process (conftest.py), so runs here and there match bitwise.
   env = cpu_env(8)
-  proc = subprocess.Popen([sys.executable, '-c', code], cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  if prelude:  # a new interpreter: the patches go in before t2t_jax.main is imported
+    code = (f'import sys; sys.argv = ["t2t_jax"] + {args!r}\n{prelude}\n'
+            'from t2t_jax import main\nmain.run()\n')
+    command = [sys.executable, '-c', code]
+  else:
+    command = [*warm_cli.COMMAND, *args]
+  proc = warm_cli.popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)
   if wait:
     out, err = proc.communicate(timeout=600)
     return proc.returncode, err
