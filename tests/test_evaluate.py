@@ -149,15 +149,15 @@ def test_stdin_is_split_on_newlines_only_like_a_file(workdir, tmp_path):
   env = cpu_env(2)
   args = [*warm_cli.COMMAND, *TINY_CLI, f'--workdir={workdir}', '--mode=translate']
   from_stdin = warm_cli.run([*args, '--input=-'], cwd=ROOT, env=env, input=raw,
-                              capture_output=True, timeout=600)
+                            capture_output=True, timeout=600)
   assert from_stdin.returncode == 0, from_stdin.stderr[-3000:]
   from_file = warm_cli.run([*args, f'--input={tmp_path / "in.txt"}'], cwd=ROOT, env=env,
-                             capture_output=True, timeout=600)
+                           capture_output=True, timeout=600)
   assert from_stdin.stdout == from_file.stdout
   assert from_stdin.stdout.count(b'\n') == 4 and from_stdin.stdout.endswith(b'\n\n')
   # A stream translates as lines arrive: the line before a bad one is answered, not lost.
   bad = warm_cli.run([*args, '--input=-'], cwd=ROOT, env=env, input=b'5 6\n7 \xff\n8\n',
-                       capture_output=True, timeout=600)
+                     capture_output=True, timeout=600)
   assert bad.returncode != 0 and bad.stdout.count(b'\n') == 1
   assert bad.stderr.decode().strip().splitlines()[-1].startswith(
       't2t_jax: error: <stdin>, line 2: invalid UTF-8')
