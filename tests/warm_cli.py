@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
-from multiprocessing import reduction
+from multiprocessing import forkserver, reduction
 
 COMMAND = [sys.executable, '-m', 't2t_jax.main']
 # Read when the run starts (XLA's flags when its backend starts, jax.distributed's when it is
@@ -32,7 +32,11 @@ _RUN_TIME_VARIABLES = frozenset(['XLA_FLAGS', 'JAX_COORDINATOR_ADDRESS', 'JAX_NU
 # Popen arguments a forked command takes; any other starts a real process.
 _FORKABLE_ARGUMENTS = frozenset(['cwd', 'env', 'stdin', 'stdout', 'stderr', 'text'])
 
-_forkserver: dict = {}  # 'context' and 'env': the environment it imported t2t_jax.main in
+# The environment the forkserver imports t2t_jax.main in: this process's when the test run
+# began (conftest.py imports this module), not a test's that happens to start it with a
+# variable patched, which would make every later command a real process.
+_ENV = dict(os.environ)
+_forkserver: dict = {}
 
 
 def popen(args: list[str], **kwargs) -> subprocess.Popen:
@@ -68,8 +72,7 @@ def _forkable(args: list[str], kwargs: dict) -> bool:
   if list(args[:len(COMMAND)]) != COMMAND or not set(kwargs) <= _FORKABLE_ARGUMENTS:
     return False
   env = kwargs.get('env') or os.environ
-  base = _forkserver.get('env', os.environ)
-  return all(env.get(key) == base.get(key) for key in set(env) | set(base)
+  return all(env.get(key) == _ENV.get(key) for key in set(env) | set(_ENV)
              if key not in _RUN_TIME_VARIABLES)
 
 
@@ -77,7 +80,15 @@ def _context() -> multiprocessing.context.BaseContext:
   if 'context' not in _forkserver:
     context = multiprocessing.get_context('forkserver')
     context.set_forkserver_preload(['t2t_jax.main'])
-    _forkserver.update(context=context, env=dict(os.environ))
+    current = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(_ENV)
+    try:
+      forkserver.ensure_running()
+    finally:
+      os.environ.clear()
+      os.environ.update(current)
+    _forkserver['context'] = context
   return _forkserver['context']
 
 
