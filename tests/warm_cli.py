@@ -29,6 +29,12 @@ COMMAND = [sys.executable, '-m', 't2t_jax.main']
 # initialized), not when t2t_jax.main is imported; and pytest's name of the running test.
 _RUN_TIME_VARIABLES = frozenset(['XLA_FLAGS', 'JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES',
                                  'JAX_PROCESS_ID', 'PYTEST_CURRENT_TEST', 'T2T_JAX_TEST_FORK'])
+# Set in os.environ by libraries when a test imports them (TensorFlow for tfds, joblib for
+# sacremoses); a command that imports them sets them alike, and t2t_jax.main's imports do not
+# read them, so a test process that has imported them still forks.
+_SET_BY_IMPORTS = frozenset(['TF2_BEHAVIOR', 'TPU_ML_PLATFORM', 'TPU_ML_PLATFORM_VERSION',
+                             'ENABLE_RUNTIME_UPTIME_TELEMETRY', 'HDF5_PLUGIN_PATH',
+                             'KMP_INIT_AT_FORK'])
 # Popen arguments a forked command takes; any other starts a real process.
 _FORKABLE_ARGUMENTS = frozenset(['cwd', 'env', 'stdin', 'stdout', 'stderr', 'text'])
 
@@ -73,7 +79,7 @@ def _forkable(args: list[str], kwargs: dict) -> bool:
     return False
   env = kwargs.get('env') or os.environ
   return all(env.get(key) == _ENV.get(key) for key in set(env) | set(_ENV)
-             if key not in _RUN_TIME_VARIABLES)
+             if key not in _RUN_TIME_VARIABLES | _SET_BY_IMPORTS)
 
 
 def _context() -> multiprocessing.context.BaseContext:
