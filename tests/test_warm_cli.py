@@ -62,11 +62,15 @@ def test_what_a_fork_cannot_give_starts_a_new_interpreter():
   assert warm_cli._forkable([*warm_cli.COMMAND], {'env': dict(env, XLA_FLAGS='')})  # noqa: SLF001
 
 
-def test_a_test_that_imports_tensorflow_or_sacremoses_still_forks():
-  """Both set variables in os.environ when imported (tfds' and the tokenized BLEU's tests
-  import them); the commands started after them must still be forks, not new interpreters."""
+def test_a_test_process_that_imported_tensorflow_sacremoses_or_torch_still_forks():
+  """They set variables in os.environ when imported (the tests of tfds, of the tokenized
+  BLEU and of the export import them, the export's at collection); the commands started
+  after them must still be forks, not new interpreters."""
   import sacremoses  # noqa: F401
   import tensorflow  # noqa: F401
+  import transformers
+
+  assert transformers.MarianMTModel  # its import sets torch's TORCHINDUCTOR_CACHE_DIR
 
   assert warm_cli._forkable([*warm_cli.COMMAND, '--mode=params'], {})  # noqa: SLF001
   assert warm_cli._forkable([*warm_cli.COMMAND, '--mode=params'], {'env': cpu_env(2)})  # noqa: SLF001

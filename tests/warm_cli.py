@@ -30,11 +30,11 @@ COMMAND = [sys.executable, '-m', 't2t_jax.main']
 _RUN_TIME_VARIABLES = frozenset(['XLA_FLAGS', 'JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES',
                                  'JAX_PROCESS_ID', 'PYTEST_CURRENT_TEST', 'T2T_JAX_TEST_FORK'])
 # Set in os.environ by libraries when a test imports them (TensorFlow for tfds, joblib for
-# sacremoses); a command that imports them sets them alike, and t2t_jax.main's imports do not
-# read them, so a test process that has imported them still forks.
+# sacremoses, torch for the export's check); a command that imports them sets them alike, and
+# t2t_jax.main's imports do not read them, so a test process that has imported them still forks.
 _SET_BY_IMPORTS = frozenset(['TF2_BEHAVIOR', 'TPU_ML_PLATFORM', 'TPU_ML_PLATFORM_VERSION',
                              'ENABLE_RUNTIME_UPTIME_TELEMETRY', 'HDF5_PLUGIN_PATH',
-                             'KMP_INIT_AT_FORK'])
+                             'KMP_INIT_AT_FORK', 'TORCHINDUCTOR_CACHE_DIR'])
 # Popen arguments a forked command takes; any other starts a real process.
 _FORKABLE_ARGUMENTS = frozenset(['cwd', 'env', 'stdin', 'stdout', 'stderr', 'text'])
 
