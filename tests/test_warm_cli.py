@@ -59,6 +59,7 @@ def test_what_a_fork_cannot_give_starts_a_new_interpreter():
   # A variable read when modules are imported (PYTHONPATH here) differs from the forkserver's.
   assert not warm_cli._forkable([*warm_cli.COMMAND], {  # noqa: SLF001
       'env': dict(env, PYTHONPATH='/elsewhere')})
+  assert not warm_cli._forkable([*warm_cli.COMMAND], {'env': {}})  # noqa: SLF001  (an empty one)
   assert warm_cli._forkable([*warm_cli.COMMAND], {'env': dict(env, XLA_FLAGS='')})  # noqa: SLF001
 
 

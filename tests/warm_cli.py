@@ -6,10 +6,11 @@ status. So `popen` and `run` stand in for subprocess.Popen and subprocess.run of
 
 What such a process does not share with `python -m t2t_jax.main`: the start itself (main.py's
 `__main__` block, huge pages' re-exec) and what modules read from the environment when
-imported. So a command whose environment differs from this process's in anything but the
-variables read at run time (_RUN_TIME_VARIABLES), or that asks for what a fork cannot give
-(preexec_fn and the like), starts a real process; and the tests of the start (the console
-script, huge pages, the README and the notebook) start real processes themselves.
+imported. So a command whose environment differs from the one the test run began with in
+anything but the variables read at run time (_RUN_TIME_VARIABLES) and those libraries set when
+imported (_SET_BY_IMPORTS), or that asks for what a fork cannot give (preexec_fn and the
+like), starts a real process; and the tests of the start (the console script, huge pages,
+the README and the notebook) start real processes themselves.
 T2T_JAX_TEST_FORK=0 starts every command as a real process.
 """
 from __future__ import annotations
@@ -35,12 +36,13 @@ _RUN_TIME_VARIABLES = frozenset(['XLA_FLAGS', 'JAX_COORDINATOR_ADDRESS', 'JAX_NU
 _SET_BY_IMPORTS = frozenset(['TF2_BEHAVIOR', 'TPU_ML_PLATFORM', 'TPU_ML_PLATFORM_VERSION',
                              'ENABLE_RUNTIME_UPTIME_TELEMETRY', 'HDF5_PLUGIN_PATH',
                              'KMP_INIT_AT_FORK', 'TORCHINDUCTOR_CACHE_DIR'])
+_NOT_COMPARED = _RUN_TIME_VARIABLES | _SET_BY_IMPORTS
 # Popen arguments a forked command takes; any other starts a real process.
 _FORKABLE_ARGUMENTS = frozenset(['cwd', 'env', 'stdin', 'stdout', 'stderr', 'text'])
 
 # The environment the forkserver imports t2t_jax.main in: this process's when the test run
-# began (conftest.py imports this module), not a test's that happens to start it with a
-# variable patched, which would make every later command a real process.
+# began (conftest.py imports this module, through helpers.py), not a test's that happens to
+# start it with a variable patched, which would make every later command a real process.
 _ENV = dict(os.environ)
 _forkserver: dict = {}
 
@@ -77,9 +79,9 @@ def _forkable(args: list[str], kwargs: dict) -> bool:
     return False
   if list(args[:len(COMMAND)]) != COMMAND or not set(kwargs) <= _FORKABLE_ARGUMENTS:
     return False
-  env = kwargs.get('env') or os.environ
+  env = os.environ if kwargs.get('env') is None else kwargs['env']  # {}: an empty one
   return all(env.get(key) == _ENV.get(key) for key in set(env) | set(_ENV)
-             if key not in _RUN_TIME_VARIABLES | _SET_BY_IMPORTS)
+             if key not in _NOT_COMPARED)
 
 
 def _context() -> multiprocessing.context.BaseContext:
