@@ -66,7 +66,8 @@ RECORDED_MODES = ('average', 'translate', 'eval', 'attention', 'export')
 # Modes whose work is beam search: on a CPU they run one device per core (xla.configure_cpu).
 DECODING_MODES = ('translate', 'eval')
 # --config.KEY=VALUE overrides given without --config (of the recorded config): absl knows
-# them only as the overrides of a --config file, so _parse_flags takes them out first.
+# them only as the overrides of a --config file, so parse_flags takes them out first. Each
+# parse sets them anew, so that main can run command after command in one process.
 _recorded_overrides: list[str] = []
 
 
@@ -186,9 +187,12 @@ def _config() -> ml_collections.ConfigDict:
   return recorded_run.from_recorded(recorded, _recorded_overrides, where)
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
+def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing, except that a --config file, Table 3 row or --config.KEY that does
-  not exist is one line naming the nearest valid names, not a traceback (--traceback: it is)."""
+  not exist is one line naming the nearest valid names, not a traceback (--traceback: it is).
+  ml_collections reads a --config file's overrides from sys.argv: `argv` is sys.argv, as
+  app.run passes it."""
+  _recorded_overrides.clear()
   if _config_argument_absent(argv):
     _recorded_overrides.extend(_as_override(arg) for arg in argv if _is_override(arg))
     argv = [arg for arg in argv if not _is_override(arg)]
@@ -238,7 +242,7 @@ def _wants_traceback(argv: list[str]) -> bool:
 
 def run() -> None:
   """Parses the command line (sys.argv) and runs its mode; exits with its status."""
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == '__main__':

@@ -21,14 +21,19 @@ from t2t_jax.platform import errors
 
 
 def install() -> None:
-  """Filters absl's handler (which every log record reaches) and Python's unraisable hook."""
-  absl_logging.get_absl_handler().python_handler.addFilter(QuietLibraries())
+  """Filters absl's handler (which every log record reaches) and Python's unraisable hook.
+  Idempotent: main may run several commands in one process."""
+  handler = absl_logging.get_absl_handler().python_handler
+  if not any(isinstance(f, QuietLibraries) for f in handler.filters):
+    handler.addFilter(QuietLibraries())
   default_hook = sys.unraisablehook
+  if not getattr(default_hook, 'drops_orbax_repeats', False):
 
-  def hook(unraisable) -> None:
-    if not _through_orbax(unraisable.exc_traceback, unraisable.object):
-      default_hook(unraisable)
-  sys.unraisablehook = hook
+    def hook(unraisable) -> None:
+      if not _through_orbax(unraisable.exc_traceback, unraisable.object):
+        default_hook(unraisable)
+    hook.drops_orbax_repeats = True
+    sys.unraisablehook = hook
   _ignore_native_calls_to_closed_loops()
 
 
