@@ -65,8 +65,10 @@ lint: setup-test
 test: setup-test lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
-test-fast: setup-test
-	$(PY) -m pytest -q -m 'not slow' $(PYTEST_ARGS)
+# The edit loop's tier: everything but the tests marked slow or e2e (those that start processes
+# of their own); CONTRIBUTING.md says what each tier holds.
+test-fast: setup-test lint
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m 'not slow and not e2e' $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) benchmarks/train_step.py

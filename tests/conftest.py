@@ -3,6 +3,7 @@
 Must run before JAX initialises its backend: pytest imports conftest.py first.
 """
 import atexit
+import functools
 import os
 import shutil
 import sys
@@ -59,3 +60,10 @@ def tiny_workdir(tmp_path_factory) -> str:
   path = str(tmp_path_factory.mktemp('trained'))
   trainer.train_and_evaluate(helpers.tiny_config(), path)
   return path
+
+
+@pytest.fixture
+def cli(capfd):
+  """The command line in this process: `cli(*args, input='')` runs `python -m t2t_jax.main
+  ARGS` as helpers.run_main does and returns a subprocess.CompletedProcess (text output)."""
+  return functools.partial(helpers.run_main, capfd)

@@ -1,21 +1,29 @@
-"""What several test modules share: the repository root, the command line in a subprocess, the
-tiny configs (a trained run's, a train step's, a text-file corpus's), a dead process id, and
-the tiny models that decoding is checked on against brute force.
+"""What several test modules share: the repository root, the command line (in this process,
+or as a new process where the process is the point), the tiny configs (a trained run's, a
+train step's, a text-file corpus's), a dead process id, tolerances, and the tiny models that
+decoding is checked on against brute force.
 pytest puts tests/ on sys.path (no __init__.py), so a test module imports this as `helpers`.
 It starts no JAX backend (conftest.py sets XLA's flags after importing it)."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import logging
 import os
 import random
 import subprocess
+import sys
+import threading
+import traceback
+from unittest import mock
 
 import jax
 import ml_collections
 import numpy as np
+from absl import logging as absl_logging
+from absl.testing import flagsaver
 
-import warm_cli
 from experiments import demo, wmt_ende_base
 from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
 from t2t_jax.model.transformer import ModelConfig, Transformer
@@ -40,13 +48,129 @@ def cpu_env(devices: int | None, **extra: str) -> dict[str, str]:
   return dict(os.environ, XLA_FLAGS=flags, **extra)
 
 
-def run_cli(*args: str, devices: int | None = 2, env: dict | None = None, timeout: float = 600,
-            **kwargs) -> subprocess.CompletedProcess:
-  """`python -m t2t_jax.main ARGS` from the repository root, its output captured as text, on
-  `devices` CPU devices (cpu_env); forked by warm_cli where it can be."""
-  return warm_cli.run([*warm_cli.COMMAND, *args], cwd=ROOT,
-                      env=cpu_env(devices, **(env or {})), capture_output=True, text=True,
-                      timeout=timeout, **kwargs)
+# ------------------------------------------------------------------------- the command line
+
+COMMAND = [sys.executable, '-m', 't2t_jax.main']
+
+
+def run_process(*args: str, devices: int | None = 2, env: dict | None = None,
+                timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+  """`python -m t2t_jax.main ARGS` as a new process, from the repository root, its output
+  captured as text, on `devices` CPU devices (cpu_env). For the `e2e` tests only: those of
+  what a process is (its start, signals, exit status, device count, closed streams)."""
+  return subprocess.run([*COMMAND, *args], cwd=ROOT, env=cpu_env(devices, **(env or {})),
+                        capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def run_main(capfd, *args: str, input: str | bytes = '') -> subprocess.CompletedProcess:  # noqa: A002
+  """`python -m t2t_jax.main ARGS` run in this process, as the `cli` fixture (conftest.py)
+  calls it: main.main after main.parse_flags, with sys.argv, the working directory (the
+  repository root), stdin (`input`) and os.environ its own, and what a command sets for the
+  whole process (flags, JAX's cache directory, the log handler, the unraisable hook) put
+  back afterwards. Its stdout and stderr as text (capfd: file descriptors too), and its exit
+  status as the interpreter makes it: a SystemExit's code, 1 and the traceback on stderr for
+  an uncaught exception. It runs on this process's 8 CPU devices."""
+  from t2t_jax import main  # here: importing it defines the command line's flags
+
+  argv = [main.__file__, *args]
+  data = input.encode() if isinstance(input, str) else input
+  stdin = io.TextIOWrapper(io.BytesIO(data), encoding='utf-8')
+  handler = absl_logging.get_absl_handler()
+  threads = set(threading.enumerate())
+  capfd.readouterr()  # what came before is not this command's output
+  with contextlib.ExitStack() as undo:
+    undo.enter_context(mock.patch.dict(os.environ))
+    undo.enter_context(mock.patch.object(sys, 'argv', argv))
+    undo.enter_context(mock.patch.object(sys, 'stdin', stdin))
+    undo.enter_context(mock.patch.object(sys, 'unraisablehook', sys.unraisablehook))
+    undo.enter_context(contextlib.chdir(ROOT))
+    undo.enter_context(_jax_config('jax_compilation_cache_dir'))
+    undo.enter_context(_log_handler(handler))  # left last: restoring the flags logs a level
+    undo.enter_context(flagsaver.flagsaver())
+    try:
+      args = main.parse_flags(argv)
+      if main.FLAGS['verbosity'].using_default_value:
+        main.FLAGS.verbosity = 0  # INFO, as app.run sets it after parsing
+      main.main(args)
+      status = 0
+    except SystemExit as e:
+      status = _exit_status(e.code)
+    except Exception:  # noqa: BLE001  (what the interpreter does with an uncaught one)
+      traceback.print_exc()
+      status = 1
+    # The interpreter joins the threads a command started before it exits.
+    for thread in set(threading.enumerate()) - threads:
+      if not thread.daemon:
+        thread.join()
+  out, err = capfd.readouterr()
+  return subprocess.CompletedProcess(args, status, out, err)
+
+
+def _exit_status(code) -> int:
+  """The exit status of SystemExit(code), as the interpreter makes it."""
+  if code is None:
+    return 0
+  if isinstance(code, int):
+    return code & 0xFF
+  print(code, file=sys.stderr)
+  return 1
+
+
+@contextlib.contextmanager
+def _jax_config(name: str):
+  value = getattr(jax.config, name)
+  try:
+    yield
+  finally:
+    jax.config.update(name, value)
+
+
+@contextlib.contextmanager
+def _log_handler(handler):
+  """absl's handler on the root logger, writing to this command's stderr, as app.run sets
+  it up (absl_logging.use_absl_handler); the handler and the levels of the root and absl
+  loggers (which --verbosity sets) as they were before afterwards."""
+  absl_logger = logging.getLogger('absl')
+  attached, levels = handler in logging.root.handlers, (logging.root.level, absl_logger.level)
+  absl_logging.use_absl_handler()
+  stream = handler.python_handler.setStream(sys.stderr)
+  try:
+    yield
+  finally:
+    handler.flush()
+    if stream is not None:
+      handler.python_handler.setStream(stream)
+    if not attached:
+      logging.root.removeHandler(handler)
+    logging.root.setLevel(levels[0])
+    absl_logger.setLevel(levels[1])
+
+
+# ------------------------------------------------------------------------------ tolerances
+
+# Tolerances follow from the dtype and the printed precision, never from one machine's
+# result: another device count splits a batch's sums differently, another host's kernels
+# (AVX2 or AVX-512, another core count) order a reduction differently, and each rounds anew.
+F32_EPS = float(np.finfo(np.float32).eps)  # 2**-23: float32's rounding, relative
+# A float32 result computed in another order: a sum of n terms rounds within (n - 1)·eps of
+# its terms' magnitude, and these tests' tiny models sum at most ~128 terms a level.
+REORDERED_F32 = 128 * F32_EPS
+
+
+def trained_rtol(steps: int) -> float:
+  """A float32 result after `steps` training steps computed in another order: each step's
+  rounding carries into the next step's parameters."""
+  return steps * REORDERED_F32
+
+
+def assert_printed(printed, values, decimals: int, rtol: float = 0.0) -> None:
+  """Numbers printed with `decimals` decimals (strings) are `values` within one unit of that
+  precision (each print rounds by up to half a unit), plus rtol·|value| where the values were
+  computed another way (REORDERED_F32: on other devices or in another order). One unit is
+  compared with a margin for reading a decimal back into binary (1e-6 relative)."""
+  unit = 10.0 ** -decimals
+  np.testing.assert_allclose([float(p) for p in printed], values, rtol=rtol,
+                             atol=unit * (1 + 1e-6))
 
 
 def dead_pid() -> int:

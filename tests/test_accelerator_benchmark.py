@@ -10,6 +10,7 @@ from helpers import ROOT, cpu_env
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_the_accelerator_benchmark_runs_its_parts_in_process(tmp_path):
   out = tmp_path / 'figures.jsonl'
   env = cpu_env(None)  # one CPU device, as on one accelerator

@@ -70,6 +70,7 @@ def test_no_background_compilation_below_four_cores(monkeypatch):
     assert ahead.default_threads() == threads
 
 
+@pytest.mark.slow
 def test_precompiled_steps_compile_nothing_when_called():
   """Once the background threads are done, a step of a planned shape compiles nothing and
   gives jax.jit's result; a shape outside the plan is compiled when met, on the caller's

@@ -374,7 +374,9 @@ def test_package_init_imports_nothing_of_the_project():
         'project import(s) in the package __init__')
 
 
+@pytest.mark.e2e
 def test_a_submodule_import_loads_no_jax_and_the_public_names_load_on_use():
+  """What a new interpreter imports: this test process has imported everything."""
   code = ('import sys, t2t_jax.platform.errors, t2t_jax.platform.progress; '
           'assert "jax" not in sys.modules; from t2t_jax import Translator, Hypothesis; '
           'from t2t_jax.decoding import translator; '

@@ -208,6 +208,7 @@ def test_the_flax_peers_loss_and_metrics_are_t2t_jaxs_on_the_same_logits(bench):
                              [0, 0.001, 0.002, 0.001], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_train_step_times_ours_and_the_flax_peer(bench, tiny, monkeypatch, capsys):
   """train_step.py --peer: our step's line, flax's (its parameters ours plus the 4·d_model of
   its two final LayerNorms), their ratio, the matmul rate; then the peer's script alone."""
@@ -270,7 +271,9 @@ def sample(tmp_path_factory) -> str:
   return str(folder)
 
 
+@pytest.mark.e2e
 def test_input_pipeline_and_data_memory(sample):
+  """As scripts: data_memory.py measures its own process's memory."""
   [line] = run_script('input_pipeline.py', f'--data={sample}/train', '--vocab_size=300',
                       '--epochs=1', '--tokens_per_batch=500')
   assert set(line) == {'batches_per_s', 'tokens_per_s', 'padding_efficiency',

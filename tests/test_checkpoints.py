@@ -12,9 +12,8 @@ import jax
 import numpy as np
 import pytest
 
-import warm_cli
 from experiments import demo
-from helpers import ROOT, cpu_env
+from helpers import COMMAND, ROOT, cpu_env
 from t2t_jax import trainer
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import mesh as mesh_lib
@@ -62,6 +61,7 @@ def straight_run(tmp_path_factory):
   return latest_state_arrays(workdir)
 
 
+@pytest.mark.slow
 def test_stop_and_resume_is_bitwise_identical(tmp_path, straight_run):
   trainer.train_and_evaluate(tiny_config(num_train_steps=STEPS // 2), str(tmp_path))
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 6]
@@ -71,31 +71,29 @@ def test_stop_and_resume_is_bitwise_identical(tmp_path, straight_run):
   assert resumed[1] == {'batch_number': STEPS}
 
 
-def run_main(workdir, *overrides, prelude='', wait=True):
-  """`python -m t2t_jax.main` on the tiny config (forked, warm_cli); `prelude` runs first, in
-  a new interpreter (to patch things)."""
+def cli_args(workdir, *overrides) -> list[str]:
+  """tiny_config() on the command line, training in `workdir`."""
   c = tiny_config()
-  args = ['--config=experiments/demo.py', f'--workdir={workdir}', '--config.dataset=synthetic',
+  return ['--config=experiments/demo.py', f'--workdir={workdir}', '--config.dataset=synthetic',
           '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
           f'--config.vocab_size={c.vocab_size}', f'--config.max_length={c.max_length}',
           f'--config.tokens_per_batch={c.tokens_per_batch}', '--config.warmup_steps=10',
           f'--config.num_train_steps={STEPS}', '--config.log_every_steps=4',
           f'--config.eval_every_steps={STEPS}', '--config.checkpoint_every_steps=4',
           '--config.checkpoint_every_minutes=0', *overrides]
-  # The same 8 devices as this process (conftest.py), so runs here and there match bitwise.
-  env = cpu_env(8)
-  if prelude:  # a new interpreter: the patches go in before t2t_jax.main is imported
-    code = (f'import sys; sys.argv = ["t2t_jax"] + {args!r}\n{prelude}\n'
-            'from t2t_jax import main\nmain.run()\n')
-    command = [sys.executable, '-c', code]
-  else:
-    command = [*warm_cli.COMMAND, *args]
-  proc = warm_cli.popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE, text=True)
-  if wait:
-    out, err = proc.communicate(timeout=600)
-    return proc.returncode, err
-  return proc
+
+
+def start(workdir, *overrides, prelude=''):
+  """`python -m t2t_jax.main` on the tiny config as a process of its own, to be killed;
+  `prelude` runs first, in its interpreter (to patch things). On the same 8 devices and XLA
+  flags as this process (conftest.py), so that runs there and here match bitwise."""
+  args = cli_args(workdir, *overrides)
+  command = [*COMMAND, *args]
+  if prelude:  # the patches go in before t2t_jax.main is imported
+    command = [sys.executable, '-c', f'import sys; sys.argv = ["t2t_jax"] + {args!r}\n'
+               f'{prelude}\nfrom t2t_jax import main\nmain.run()\n']
+  return subprocess.Popen(command, cwd=ROOT, env=cpu_env(8), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
 
 
 # Kills the process from inside orbax's background writer, while checkpoint 8 is on disk
@@ -112,35 +110,39 @@ ocp.JsonCheckpointHandler._save_fn = _dying_save_fn
 '''
 
 
-def test_killed_while_writing_a_checkpoint_resumes_identically(tmp_path, straight_run):
-  code, _ = run_main(tmp_path, prelude=KILL_DURING_SAVE)
-  assert code == -signal.SIGKILL
+@pytest.mark.e2e
+def test_killed_while_writing_a_checkpoint_resumes_identically(cli, tmp_path, straight_run):
+  killed = start(tmp_path, prelude=KILL_DURING_SAVE)
+  killed.communicate(timeout=600)
+  assert killed.returncode == -signal.SIGKILL
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [4]  # 8 never completed
   # Whatever orbax had written of step 8 (a temporary directory, if it got that far) is
   # not a checkpoint.
   assert '8' not in os.listdir(tmp_path / 'checkpoints')
-  code, err = run_main(tmp_path)  # the same command again
-  assert code == 0, err[-3000:]
-  assert 'Resuming at step 4' in err
+  done = cli(*cli_args(tmp_path))  # the same command again
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert 'Resuming at step 4' in done.stderr
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8, 12]
   assert_trees_equal(latest_state_arrays(str(tmp_path)), straight_run)
 
 
-def test_sigkill_at_any_moment_then_rerun(tmp_path, straight_run):
-  proc = run_main(tmp_path, wait=False)
+@pytest.mark.e2e
+def test_sigkill_at_any_moment_then_rerun(cli, tmp_path, straight_run):
+  proc = start(tmp_path)
   deadline = time.time() + 300
   while not checkpoints.checkpoint_steps(str(tmp_path)) and time.time() < deadline:
     time.sleep(0.01)
   proc.send_signal(signal.SIGKILL)
   proc.communicate()
-  code, err = run_main(tmp_path)
-  assert code == 0, err[-3000:]
+  done = cli(*cli_args(tmp_path))
+  assert done.returncode == 0, done.stderr[-3000:]
   assert_trees_equal(latest_state_arrays(str(tmp_path)), straight_run)
 
 
+@pytest.mark.e2e
 def test_sigterm_saves_a_checkpoint_before_exiting(tmp_path):
-  proc = run_main(tmp_path, '--config.num_train_steps=100000', '--config.log_every_steps=1',
-                  '--config.checkpoint_every_steps=0', wait=False)
+  proc = start(tmp_path, '--config.num_train_steps=100000', '--config.log_every_steps=1',
+               '--config.checkpoint_every_steps=0')
   metrics = tmp_path / 'metrics.jsonl'
   deadline = time.time() + 300
   while not (metrics.exists() and metrics.read_text().count('\n') >= 3) and time.time() < deadline:
@@ -172,6 +174,7 @@ def no_retry_wait(monkeypatch):
   monkeypatch.setattr(checkpoints, 'RETRY_SECONDS', 0.0)
 
 
+@pytest.mark.slow
 def test_corrupt_latest_checkpoint_is_moved_aside_and_its_step_saved_again(
     tmp_path, caplog, no_retry_wait):
   trainer.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
@@ -205,6 +208,7 @@ def test_transient_read_error_is_retried_not_taken_for_corruption(
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', '8']
 
 
+@pytest.mark.slow
 def test_no_readable_checkpoint_is_an_error_until_restart(tmp_path, no_retry_wait):
   """Every checkpoint unreadable: not a silent start from step 0, which orbax would then
   not even save (it declines steps at or below its latest)."""
@@ -298,6 +302,7 @@ def test_a_refused_write_waits_for_no_other(tmp_path, monkeypatch):
   assert waited == []
 
 
+@pytest.mark.slow
 def test_resume_from_an_older_checkpoint_moves_newer_ones_aside(tmp_path, straight_run):
   trainer.train_and_evaluate(tiny_config(), str(tmp_path))
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 8, 12]
@@ -403,8 +408,8 @@ def test_finite_loss_with_non_finite_gradient_is_never_saved(tmp_path, monkeypat
     ('--config.model.d_model=100', 'config.model.d_k'),  # 100 / 8 heads, d_k unset
     ('--config.model.dropout_rate=-0.1', 'config.model.dropout_rate'),
 ])
-def test_config_mistakes_fail_before_compiling(tmp_path, override, message):
+def test_config_mistakes_fail_before_compiling(cli, tmp_path, override, message):
   extra = ['--config.model.num_heads=8'] if 'd_model' in override else []
-  code, err = run_main(tmp_path, override, *extra)
-  assert code != 0 and message in err
+  done = cli(*cli_args(tmp_path, override, *extra))
+  assert done.returncode != 0 and message in done.stderr
   assert not os.path.exists(tmp_path / 'checkpoints')

@@ -412,9 +412,11 @@ def test_modes_are_main_py_s():
   assert len(enum) == 1 and ast.unparse(enum[0].args[2]) == 'MODES'
 
 
+@pytest.mark.e2e
 def test_the_rules_import_no_other_module_of_the_project():
   """config → data → model: transformer.py imports the rules, so they must not import it
-  (or anything that does); t2t_jax.platform.errors is their one project import."""
+  (or anything that does); t2t_jax.platform.errors is their one project import (in a new
+  interpreter: this test process has imported everything)."""
   with open(os.path.join(ROOT, 't2t_jax', 'config', 'rules.py'), encoding='utf-8') as f:
     tree = ast.parse(f.read())
   imported = set()
@@ -524,6 +526,7 @@ def test_check_against_recorded_lets_decoding_keys_change():
     recorded_run.check_against_recorded(config, recorded_demo(), 'DIR/config.json')
 
 
+@pytest.mark.e2e
 def test_configs_build_on_each_other_by_path_from_any_directory(tmp_path):
   """experiments/ is no installed package: a config loads the one it builds on by path
   (loading.load_sibling), so `--config=/abs/path/experiments/X.py` works from any directory
@@ -596,8 +599,10 @@ def test_colab_config_checkpoints_fit_a_free_drive():
   assert (wmt_ende_base.get_config().keep_checkpoints + 1) * checkpoint > FREE_DRIVE_BYTES
 
 
+@pytest.mark.e2e
 def test_colab_config_loads_by_path_and_counts_its_parameters(tmp_path):
-  """`--mode=params` as the notebook's commands load it: by path, from another directory."""
+  """`--mode=params` as the notebook's commands load it: by path, from another directory,
+  in a process without the repository on its path."""
   env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
   result = subprocess.run(
       [sys.executable, '-m', 't2t_jax.main',

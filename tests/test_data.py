@@ -570,6 +570,7 @@ def tfds_config(tmp_path):
   return config
 
 
+@pytest.mark.slow
 def test_tfds_wmt14_under_mock_data(tmp_path, monkeypatch):
   tfds = pytest.importorskip('tensorflow_datasets')
   monkeypatch.setattr(sources, '_reachable', lambda host: True)  # mock: no download
@@ -594,6 +595,7 @@ def test_tfds_wmt14_under_mock_data(tmp_path, monkeypatch):
   assert got == expected and sum(got.values()) > 100
 
 
+@pytest.mark.slow
 def test_tfds_offline_fails_fast_with_instructions(tmp_path, monkeypatch):
   pytest.importorskip('tensorflow_datasets')
   monkeypatch.setattr(sources, '_reachable', lambda host: False)

@@ -428,6 +428,7 @@ def test_cli_writes_corpus_and_prints_summary(tmp_path, capsys):
   assert len(read_lines(str(tmp_path / 'train.en'))) == 400
 
 
+@pytest.mark.e2e
 def test_python_dash_m_runs_the_cli(tmp_path):
   result = subprocess.run(
       [sys.executable, '-m', 't2t_jax.data.demo_corpus', '--out', str(tmp_path),

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import ROOT, cpu_env, dead_pid, make_config, run_cli, tiny_config
+from helpers import COMMAND, ROOT, cpu_env, dead_pid, make_config, run_process, tiny_config
 from t2t_jax import trainer
 from t2t_jax.decoding import evaluate, export, translator
 from t2t_jax.platform import distributed, errors, files, quiet
@@ -119,6 +119,7 @@ def test_eval_folders_name_everything_that_made_them():
   assert name(fake_translator([3, 6])) == base
 
 
+@pytest.mark.slow
 def test_an_evaluation_is_published_whole(run, monkeypatch):
   """Its three files were published one by one: a kill between them left new hypotheses
   beside an old scores.json, and a .tmp-* file that no later run removed."""
@@ -244,12 +245,9 @@ hold_lock.handles = []
 
 
 def no_tfds(run, tmp_path):
-  """A Python without the extra `wmt`: `import tensorflow_datasets` fails."""
-  shadow = tmp_path / 'no_wmt' / 'tensorflow_datasets'
-  shadow.mkdir(parents=True)
-  (shadow / '__init__.py').write_text(
-      "raise ImportError(\"No module named 'tensorflow_datasets'\")\n")
-  return {'PYTHONPATH': str(tmp_path / 'no_wmt')}
+  """A Python without the extra `wmt`: `import tensorflow` and `import tensorflow_datasets`
+  fail (None in sys.modules; the test puts it back)."""
+  return {'tensorflow': None, 'tensorflow_datasets': None}
 
 
 def not_utf8_input(run, tmp_path):
@@ -312,25 +310,35 @@ MISTAKES = {
 }
 
 
-@pytest.mark.parametrize('name', sorted(MISTAKES))
-def test_every_mistake_is_one_line(run, tmp_path, name):
+# A process whose fd 0 is closed (sys.stdin is None) is a process of its own.
+IN_A_PROCESS = {'stdin closed'}
+
+
+@pytest.mark.parametrize('name', [pytest.param(name, marks=pytest.mark.e2e)
+                                  if name in IN_A_PROCESS else name for name in sorted(MISTAKES)])
+def test_every_mistake_is_one_line(cli, run, tmp_path, monkeypatch, name):
   damage, args, named = MISTAKES[name]
-  workdir, env = run, {}
+  workdir = run
   if damage == 'file':
     workdir = str(tmp_path / 'a_file')
     open(workdir, 'w').close()
   elif damage == 'empty':
     workdir = str(tmp_path / 'empty')
   elif damage:
-    env = damage(run, tmp_path) or {}
+    for module, value in (damage(run, tmp_path) or {}).items():
+      monkeypatch.setitem(sys.modules, module, value)
   args = [a.format(run=run, tmp=tmp_path,
                    recorded=config_file(os.path.join(run, 'config.json'), tmp_path),
                    files=config_file(str(tmp_path / 'files.json'), tmp_path)) for a in args]
   if not any(a.startswith('--workdir=') for a in args):
     args.insert(0, f'--workdir={workdir}')
-  popen = {'preexec_fn': lambda: os.close(0)} if name == 'stdin closed' else {'input': ''}
   try:
-    result = run_cli(*args, env=env, timeout=300, **popen)
+    if name in IN_A_PROCESS:  # by the shell: a preexec_fn would fork this JAX process
+      result = subprocess.run(['bash', '-c', 'exec "$@" <&-', 'bash', *COMMAND, *args],
+                              cwd=ROOT, env=cpu_env(2), capture_output=True, text=True,
+                              timeout=300)
+    else:
+      result = cli(*args)
   finally:
     while hold_lock.handles:
       hold_lock.handles.pop().close()
@@ -356,6 +364,7 @@ def the_one_error(stderr: str) -> str:
   return records[-1]
 
 
+@pytest.mark.e2e
 def test_a_closed_output_pipe_ends_quietly(run, tmp_path):
   """`... | head -1`: the reader is gone; no traceback, no message, as Unix tools do."""
   lines = tmp_path / 'in.txt'
@@ -369,18 +378,18 @@ def test_a_closed_output_pipe_ends_quietly(run, tmp_path):
   assert 'Traceback' not in result.stderr and 'Broken pipe' not in result.stderr
 
 
+@pytest.mark.e2e
 def test_a_peer_that_never_starts_is_named_in_one_line(tmp_path):
   """`--distributed` with a peer that never starts once said nothing for 300 s, then
   aborted with a C++ stack trace."""
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))
     port = s.getsockname()[1]
-  env = cpu_env(1, JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES='3',
-                JAX_PROCESS_ID='0')
-  result = subprocess.run(
-      [sys.executable, '-m', 't2t_jax.main', '--distributed', '--distributed_start_timeout=4',
-       '--config=experiments/demo.py', f'--workdir={tmp_path}', '--mode=params'],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  result = run_process('--distributed', '--distributed_start_timeout=4',
+                       '--config=experiments/demo.py', f'--workdir={tmp_path}', '--mode=params',
+                       devices=1, timeout=120, env={
+                           'JAX_COORDINATOR_ADDRESS': f'127.0.0.1:{port}',
+                           'JAX_NUM_PROCESSES': '3', 'JAX_PROCESS_ID': '0'})
   assert result.returncode == 1, result.stderr[-3000:]
   assert 'Check failure' not in result.stderr and 'Traceback' not in result.stderr
   lines = [line for line in result.stderr.strip().splitlines() if not re.match(r'I\d{4} ', line)]
@@ -497,7 +506,8 @@ def test_native_calls_to_a_closed_event_loop_print_nothing(monkeypatch):
     loop.call_soon_threadsafe(print)  # a Python caller is still told
 
 
-def test_a_truncated_checkpoint_is_named_without_a_flood(run, tmp_path):
+@pytest.mark.slow
+def test_a_truncated_checkpoint_is_named_without_a_flood(cli, run, tmp_path):
   """It was recovered correctly, but among 5,145 lines of log (106 without the damage):
   orbax's wrapped TensorStore spec in each warning, asyncio's and Python's reports of each
   failed read task."""
@@ -507,8 +517,8 @@ def test_a_truncated_checkpoint_is_named_without_a_flood(run, tmp_path):
   assert data
   for path in data:
     os.truncate(path, os.path.getsize(path) // 2)
-  result = run_cli(f'--workdir={run}', config_file(os.path.join(run, 'config.json'), tmp_path),
-                    '--config.num_train_steps=9', input='')
+  result = cli(f'--workdir={run}', config_file(os.path.join(run, 'config.json'), tmp_path),
+               '--config.num_train_steps=9')
   assert result.returncode == 0, result.stderr[-3000:]
   for noise in ('Traceback', 'Task exception', 'Exception ignored', 'TensorStore({'):
     assert noise not in result.stderr, result.stderr[-3000:]

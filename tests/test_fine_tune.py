@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import TINY_CLI, make_config, run_cli, tiny_config
+from helpers import TINY_CLI, make_config, tiny_config
 from t2t_jax import trainer
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import errors
@@ -74,6 +74,7 @@ def test_the_first_update_is_adams_first_step_at_the_schedules_first_rate(tiny_w
   assert 0 < steps_apart <= 3 * lr_1  # one more small step from step 1, not a restart
 
 
+@pytest.mark.slow
 def test_the_vocabulary_comes_from_the_source_and_must_match(tmp_path):
   config = make_config(tmp_path, num_train_steps=1, checkpoint_every_steps=1,
                        eval_every_steps=1, log_every_steps=1, compilation_cache_dir='')
@@ -97,10 +98,10 @@ def test_the_vocabulary_comes_from_the_source_and_must_match(tmp_path):
     ('--config.model.d_ff=128', 'config.model.d_ff=128 contradicts the trained run'),
     ('--config.vocab_size=41', 'config.vocab_size=41 contradicts the trained run'),
 ])
-def test_a_source_of_another_model_is_one_line_naming_the_key(tiny_workdir, tmp_path,
+def test_a_source_of_another_model_is_one_line_naming_the_key(cli, tiny_workdir, tmp_path,
                                                               override, named):
-  result = run_cli(*TINY_CLI, f'--config.init_from={tiny_workdir}', override,
-                   f'--workdir={tmp_path / "tuned"}')
+  result = cli(*TINY_CLI, f'--config.init_from={tiny_workdir}', override,
+               f'--workdir={tmp_path / "tuned"}')
   assert result.returncode == 1, result.stderr[-2000:]
   last = result.stderr.strip().splitlines()[-1]
   assert last.startswith(f"t2t_jax: error: config.init_from='{tiny_workdir}': {named}"), last

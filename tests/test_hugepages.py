@@ -63,6 +63,7 @@ def _run(tmp_path, environ: dict[str, str]) -> list[str]:
   return done.stdout.split('\n')
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not HOST_WANTS_IT, reason='needs Linux, glibc >= 2.35, THP mode madvise')
 def test_reexec_runs_the_script_again_once_and_gets_huge_pages(tmp_path):
   lines = _run(tmp_path, {})
@@ -72,6 +73,7 @@ def test_reexec_runs_the_script_again_once_and_gets_huge_pages(tmp_path):
   assert int(huge_kib) >= 32 << 10  # most of the 64 MiB in 2 MiB pages
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not HOST_WANTS_IT, reason='needs Linux, glibc >= 2.35, THP mode madvise')
 def test_reexec_keeps_other_tunables_and_a_users_no(tmp_path):
   lines = _run(tmp_path, {'GLIBC_TUNABLES': 'glibc.malloc.arena_max=2'})
@@ -84,6 +86,7 @@ def test_reexec_keeps_other_tunables_and_a_users_no(tmp_path):
   assert int(huge_kib) < 32 << 10  # 4 KiB pages: the re-exec is what gives huge ones
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not HOST_WANTS_IT, reason='needs Linux, glibc >= 2.35, THP mode madvise')
 def test_main_reexecs_before_importing_jax():
   env = {k: v for k, v in os.environ.items() if k != 'GLIBC_TUNABLES'}

@@ -1,14 +1,19 @@
 """The command line as a new user meets it: a mistake is one line naming what is wrong and
 what would be right, not a traceback, and nothing is done before it is found."""
 import errno
+import logging
 import os
 import subprocess
 import sys
+import threading
 
+import jax
 import pytest
+from absl import logging as absl_logging
+from absl.testing import flagsaver
 
 from experiments import table3
-from helpers import ROOT, run_cli, tiny_config
+from helpers import ROOT, tiny_config
 from t2t_jax import main
 from t2t_jax.model.transformer import ModelConfig, init_param_count
 from t2t_jax.platform import errors
@@ -23,36 +28,36 @@ def one_error_line(result):
   return lines[0]
 
 
-def test_misspelt_key_names_the_nearest_key(tmp_path):
-  line = one_error_line(run_cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
-                                 '--config.modle.d_model=3'))
+def test_misspelt_key_names_the_nearest_key(cli, tmp_path):
+  line = one_error_line(cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
+                            '--config.modle.d_model=3'))
   assert line == 't2t_jax: error: config.modle: no such key; did you mean config.model?'
   assert not os.listdir(tmp_path)
 
 
-def test_misspelt_nested_key_names_the_nearest_key_at_its_level(tmp_path):
-  line = one_error_line(run_cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
-                                 '--config.model.d_modle=3'))
+def test_misspelt_nested_key_names_the_nearest_key_at_its_level(cli, tmp_path):
+  line = one_error_line(cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
+                            '--config.model.d_modle=3'))
   assert line == ('t2t_jax: error: config.model.d_modle: no such key; '
                   'did you mean config.model.d_model?')
 
 
-def test_missing_config_file_lists_the_experiments(tmp_path):
-  line = one_error_line(run_cli('--config=experiments/nope.py', f'--workdir={tmp_path}'))
+def test_missing_config_file_lists_the_experiments(cli, tmp_path):
+  line = one_error_line(cli('--config=experiments/nope.py', f'--workdir={tmp_path}'))
   assert line.startswith('t2t_jax: error: --config=experiments/nope.py: no such file;')
   for name in ('demo', 'table3', 'wmt_ende_base', 'wmt_ende_big', 'wmt_enfr_big'):
     assert f'experiments/{name}.py' in line
   assert not os.listdir(tmp_path)
 
 
-def test_misspelt_config_file_names_the_nearest_one():
-  line = one_error_line(run_cli('--config=experiments/tabel3.py:B_dk16', '--mode=params'))
+def test_misspelt_config_file_names_the_nearest_one(cli):
+  line = one_error_line(cli('--config=experiments/tabel3.py:B_dk16', '--mode=params'))
   assert line.endswith('no such file; did you mean experiments/table3.py:B_dk16?')
 
 
-def test_unknown_table3_row_lists_every_row(tmp_path):
-  line = one_error_line(run_cli('--config=experiments/table3.py:Z_bad',
-                                 f'--workdir={tmp_path}'))
+def test_unknown_table3_row_lists_every_row(cli, tmp_path):
+  line = one_error_line(cli('--config=experiments/table3.py:Z_bad',
+                            f'--workdir={tmp_path}'))
   assert line.startswith("t2t_jax: error: experiments/table3.py: unknown row 'Z_bad'")
   for row in [*table3.ROWS, 'big']:
     assert f"'{row}'" in line
@@ -63,27 +68,27 @@ def test_unknown_table3_row_lists_every_row(tmp_path):
     (['--mode=bogus'], '--mode=bogus'),
     (['--config.warmup_steps=0'], 'config.warmup_steps: must be a positive integer, got 0'),
 ])
-def test_other_mistakes_stay_short(tmp_path, args, named):
-  result = run_cli('--config=experiments/demo.py', f'--workdir={tmp_path}', *args)
+def test_other_mistakes_stay_short(cli, tmp_path, args, named):
+  result = cli('--config=experiments/demo.py', f'--workdir={tmp_path}', *args)
   assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr
   assert named in result.stderr and len(result.stderr.strip().splitlines()) <= 2
   assert not os.listdir(tmp_path)
 
 
-def test_missing_config_flag_stays_short(tmp_path):
-  line = one_error_line(run_cli('--mode=params'))
+def test_missing_config_flag_stays_short(cli, tmp_path):
+  line = one_error_line(cli('--mode=params'))
   assert line == ('t2t_jax: error: --mode=params needs --config=FILE (e.g. '
                   'experiments/wmt_ende_base.py)')
-  line = one_error_line(run_cli('--mode=eval', f'--workdir={tmp_path}'))  # nothing recorded
+  line = one_error_line(cli('--mode=eval', f'--workdir={tmp_path}'))  # nothing recorded
   assert line.startswith(f't2t_jax: error: {tmp_path}/config.json: no recorded run there')
-  line = one_error_line(run_cli('--mode=params', f'--workdir={tmp_path}'))
+  line = one_error_line(cli('--mode=params', f'--workdir={tmp_path}'))
   assert line.startswith(f't2t_jax: error: {tmp_path}/config.json: no recorded run there')
 
 
-def test_params_of_a_trained_run_read_its_recorded_config(tiny_workdir):
+def test_params_of_a_trained_run_read_its_recorded_config(cli, tiny_workdir):
   """--mode=params with only --workdir counts the recorded run's parameters (it once
   ignored --workdir and asked for --config)."""
-  done = run_cli('--mode=params', f'--workdir={tiny_workdir}')
+  done = cli('--mode=params', f'--workdir={tiny_workdir}')
   config = ModelConfig.from_config(tiny_config())
   assert done.returncode == 0, done.stderr[-2000:]
   assert done.stdout.strip() == f'params: {init_param_count(config)}'
@@ -93,17 +98,17 @@ def test_params_of_a_trained_run_read_its_recorded_config(tiny_workdir):
     ('--config.average_last=30', 'config.average_last: must be ≤ config.keep_checkpoints (20)'),
     ('--config.eval_split=valid', "config.eval_split: must be one of ('dev', 'test')"),
 ])
-def test_average_validates_before_work(tmp_path, override, named):
+def test_average_validates_before_work(cli, tmp_path, override, named):
   """Not even the empty-workdir check comes first: the config is read before anything."""
-  line = one_error_line(run_cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
-                                 '--mode=average', override))
+  line = one_error_line(cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
+                            '--mode=average', override))
   assert line.startswith(f't2t_jax: error: {named}')
   assert not os.listdir(tmp_path)
 
 
-def test_traceback_flag_still_shows_the_traceback(tmp_path):
-  result = run_cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
-                    '--config.modle.d_model=3', '--traceback')
+def test_traceback_flag_still_shows_the_traceback(cli, tmp_path):
+  result = cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
+               '--config.modle.d_model=3', '--traceback')
   assert result.returncode != 0
   assert 'Traceback' in result.stderr and 'modle' in result.stderr
 
@@ -120,20 +125,21 @@ def test_traceback_flag_still_shows_the_traceback(tmp_path):
 def test_only_user_errors_become_one_line(monkeypatch, error, one_line):
   """main prints errors.UserError (and the system refusing a write) as one line; anything
   else is a bug and propagates with its traceback, never dressed up as a config mistake."""
-  main.FLAGS(['t2t_jax', f'--config={os.path.join(ROOT, "experiments", "demo.py")}'])
-
   def dispatch():
     raise error
   monkeypatch.setattr(main, '_dispatch', dispatch)
-  if one_line:
-    with pytest.raises(SystemExit) as stopped:
-      main.main(['t2t_jax'])
-    assert stopped.value.code == f't2t_jax: error: {error}'
-  else:
-    with pytest.raises(type(error)):
-      main.main(['t2t_jax'])
+  with flagsaver.flagsaver():
+    main.FLAGS(['t2t_jax', f'--config={os.path.join(ROOT, "experiments", "demo.py")}'])
+    if one_line:
+      with pytest.raises(SystemExit) as stopped:
+        main.main(['t2t_jax'])
+      assert stopped.value.code == f't2t_jax: error: {error}'
+    else:
+      with pytest.raises(type(error)):
+        main.main(['t2t_jax'])
 
 
+@pytest.mark.e2e
 def test_the_console_script_and_python_m_t2t_jax_are_the_command_line():
   """`t2t-jax` (pyproject.toml's [project.scripts], beside this Python) and `python -m
   t2t_jax` run main.py's command line, exit status and one-line errors included."""
@@ -148,3 +154,47 @@ def test_the_console_script_and_python_m_t2t_jax_are_the_command_line():
     assert wrong.returncode == 1
     assert wrong.stderr.strip() == ('t2t_jax: error: config.modle: no such key; did you mean '
                                     'config.model?')
+
+
+# ------------------------------------- the command line in this process (helpers.run_main)
+
+
+def test_commands_in_one_process_do_not_leak_into_each_other(cli, tiny_workdir):
+  """main runs command after command in one process: an override given to one command (of
+  a recorded run, without --config) is not given to the next, nor is a --config file's."""
+  run = f'--workdir={tiny_workdir}'
+  assert cli(run, '--mode=params', '--config.beam_size=2').returncode == 0
+  refused = cli(run, '--mode=params', '--config.vocab_size=33')
+  assert 'config.vocab_size=33 contradicts' in refused.stderr
+  again = cli(run, '--mode=params')
+  assert again.returncode == 0 and again.stdout.startswith('params: '), again.stderr
+  bigger = cli('--config=experiments/demo.py', '--mode=params', '--config.model.d_model=256')
+  plain = cli('--config=experiments/demo.py', '--mode=params')
+  assert bigger.stdout != plain.stdout == 'params: 1639936\n'
+
+
+def process_state() -> dict:
+  """What a command may change for the whole process, and a process's end would discard."""
+  absl_handler = absl_logging.get_absl_handler()
+  return {'flags': main.FLAGS.flag_values_dict(), 'environ': dict(os.environ),
+          'cwd': os.getcwd(), 'argv': list(sys.argv), 'stdin': sys.stdin,
+          'unraisablehook': sys.unraisablehook, 'handlers': list(logging.root.handlers),
+          'levels': (logging.root.level, logging.getLogger('absl').level),
+          'stream': absl_handler.python_handler.stream,
+          'cache': jax.config.jax_compilation_cache_dir,
+          'threads': {t for t in threading.enumerate() if not t.daemon}}
+
+
+def test_a_command_in_this_process_leaves_it_as_it_found_it(cli, tiny_workdir, tmp_path):
+  """The `cli` fixture puts back what a command sets for the whole process (flags, the
+  environment, the log handler and levels, JAX's cache directory, ...), so that no test
+  depends on which commands an earlier test in its process ran."""
+  before = process_state()
+  done = cli(f'--workdir={tiny_workdir}', '--mode=translate', '--input=-', '--verbosity=1',
+             '--config.compilation_cache_dir=', input='5 6 7\n')
+  assert done.returncode == 0 and done.stdout.count('\n') == 1, done.stderr[-3000:]
+  assert process_state() == before
+  failed = cli('--config=experiments/demo.py', f'--workdir={tmp_path}', '--config.modle=3')
+  assert failed.returncode == 1 and failed.stderr == (
+      't2t_jax: error: config.modle: no such key; did you mean config.model?\n')
+  assert process_state() == before

@@ -231,6 +231,7 @@ def venv_kernel(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_notebook_runs_the_demo_on_cpu(tmp_path, monkeypatch, venv_kernel):
   """"Run all" in a fresh folder, as on a new Colab runtime: the notebook clones the
   repository (this checkout's last commit) from T2T_NOTEBOOK_REPO_URL and runs the demo."""

@@ -6,6 +6,8 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 from helpers import ROOT, cpu_env
 
 README = os.path.join(ROOT, 'README.md')
@@ -29,6 +31,7 @@ def quick_start() -> list[str]:
           if line.strip() and not line.startswith('#')]
 
 
+@pytest.mark.e2e
 def test_the_gpu_quick_start_runs(tmp_path):
   commands = quick_start()
   install, accelerator, *runs = commands

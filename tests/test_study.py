@@ -3,12 +3,10 @@ beside the paper's printed values; a second run resumes instead of retraining.""
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 
-from helpers import ROOT, cpu_env
+from helpers import ROOT
 from t2t_jax import study, trainer
 from t2t_jax.decoding import evaluate
 from t2t_jax.model import transformer
@@ -73,6 +71,7 @@ def test_both_rows_tabulated_beside_the_paper(studied):
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
 
 
+@pytest.mark.slow
 def test_rows_are_evaluated_as_section_6_2(studied):
   """Dev set, the last checkpoint (not averaged), beam search: the eval folder says so. The
   perplexity is the training loop's dev perplexity at that step, computed by another path
@@ -93,6 +92,7 @@ def test_rows_are_evaluated_as_section_6_2(studied):
     assert not os.path.exists(os.path.join(row_dir, 'averaged'))
 
 
+@pytest.mark.slow
 def test_a_second_run_resumes_finished_and_unfinished_rows(studied, monkeypatch):
   workdir, results = studied
 
@@ -145,13 +145,10 @@ def test_a_config_that_is_no_study(tmp_path):
                     str(tmp_path))
 
 
-def test_command_line_passes_rows_and_overrides(tmp_path):
+def test_command_line_passes_rows_and_overrides(cli, tmp_path):
   """main.py hands --rows and every --config.* override to the study (here: refused at once)."""
-  env = cpu_env(2)
-  result = subprocess.run(
-      [sys.executable, '-m', 't2t_jax.main', '--config=experiments/table3.py', '--mode=study',
-       f'--workdir={tmp_path}', '--rows=D_ls0,A_h1', '--config.model.d_v=8'],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  result = cli('--config=experiments/table3.py', '--mode=study', f'--workdir={tmp_path}',
+               '--rows=D_ls0,A_h1', '--config.model.d_v=8')
   assert result.returncode == 1
   assert result.stderr.strip().splitlines()[-1] == (
       't2t_jax: error: --config.model.d_v: row A_h1 sets it (Table 3 varies it there); '

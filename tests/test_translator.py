@@ -16,8 +16,17 @@ import jax
 import numpy as np
 import pytest
 
-import warm_cli
-from helpers import ROOT, TINY_CLI, CompileLog, cpu_env, tiny_config
+from helpers import (
+  COMMAND,
+  REORDERED_F32,
+  ROOT,
+  TINY_CLI,
+  CompileLog,
+  assert_printed,
+  cpu_env,
+  run_process,
+  tiny_config,
+)
 from t2t_jax import Hypothesis, Translator
 from t2t_jax.decoding import translator
 from t2t_jax.decoding.decode import length_penalty
@@ -61,6 +70,7 @@ def teacher_forced_score(tr: Translator, source: str, text: str, alpha: float) -
 SAME_LENGTH = ['5 6 7', '', '9 8 7', '3 4 5', '11 12 13']
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('alpha', [0.6, 0.0])
 def test_n_best_lists_are_sorted_distinct_and_scored_like_the_model(loaded, alpha):
   best = loaded.translate(SAME_LENGTH, alpha=alpha)
@@ -154,14 +164,14 @@ def test_format_results_single_and_n_best():
   assert text == '7 ||| x y ||| -0.250000\n7 ||| x ||| -1.500000\n8 |||  ||| 0.000000\n'
 
 
-def run_main(*args, **popen):
-  env = cpu_env(2)
-  return warm_cli.popen([*warm_cli.COMMAND, *TINY_CLI, *args], cwd=ROOT, env=env, **popen)
-
-
+@pytest.mark.e2e
 def test_streaming_translation_answers_before_the_input_ends(tiny_workdir, loaded):
-  process = run_main(f'--workdir={tiny_workdir}', '--mode=translate', '--input=-',
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  """A process reading a pipe (Marian's and fairseq-interactive's use) answers each line as
+  it comes, while its input is still open."""
+  process = subprocess.Popen([*COMMAND, *TINY_CLI, f'--workdir={tiny_workdir}',
+                              '--mode=translate', '--input=-'], cwd=ROOT, env=cpu_env(2),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
   answers = []
   reader = threading.Thread(target=lambda: answers.append(process.stdout.readline()))
   try:
@@ -182,23 +192,24 @@ def test_streaming_translation_answers_before_the_input_ends(tiny_workdir, loade
   assert re.search(r'Compiling the beam search for \d+ shapes ahead', stderr.decode())
 
 
-def test_n_best_on_the_command_line(tiny_workdir, loaded, tmp_path):
+def test_n_best_on_the_command_line(cli, tiny_workdir, loaded, tmp_path):
   (tmp_path / 'in.txt').write_text('5 6 7\n\n11 12\n')
-  args = [f'--workdir={tiny_workdir}', '--mode=translate', f'--input={tmp_path / "in.txt"}']
-  process = run_main(*args, f'--output={tmp_path / "out.txt"}', '--n_best=3',
-                     stderr=subprocess.PIPE)
-  assert process.wait(timeout=600) == 0, process.stderr.read().decode()[-3000:]
+  args = [*TINY_CLI, f'--workdir={tiny_workdir}', '--mode=translate',
+          f'--input={tmp_path / "in.txt"}']
+  done = cli(*args, f'--output={tmp_path / "out.txt"}', '--n_best=3')
+  assert done.returncode == 0, done.stderr[-3000:]
   expected = loaded.translate(['5 6 7', '', '11 12'], n_best=3)
   lines = (tmp_path / 'out.txt').read_text().splitlines()
   assert len(lines) == len(expected[0]) + 1 + len(expected[2])
   parsed = [line.split(' ||| ') for line in lines]
   assert [(int(i), text) for i, text, _ in parsed] == [
       (i, h.text) for i, hs in enumerate(expected) for h in hs]
-  assert [float(s) for *_, s in parsed] == pytest.approx(
-      [h.score for hs in expected for h in hs], abs=1e-6)
-  too_many = run_main(*args, '--n_best=5', stderr=subprocess.PIPE, stdout=subprocess.PIPE)
-  assert too_many.wait(timeout=600) != 0
-  assert too_many.stderr.read().decode().strip().splitlines()[-1] == (
+  # Printed with 6 decimals, decoded in batches of other rows than the Python API's.
+  assert_printed([s for *_, s in parsed], [h.score for hs in expected for h in hs], 6,
+                 rtol=REORDERED_F32)
+  too_many = cli(*args, '--n_best=5')
+  assert too_many.returncode != 0
+  assert too_many.stderr.strip().splitlines()[-1] == (
       't2t_jax: error: --n_best=5: must be between 1 and config.beam_size (4)')
 
 
@@ -242,6 +253,7 @@ LINES = ['5 6 7', '', '9 9 9 9 9 9 9 9', '3', '11 12', '8 8 8 8 8 8 8 8 8 8', '4
 SAMPLED = dict(method='sample', seed=3, temperature=1.5)
 
 
+@pytest.mark.slow
 def test_samples_are_keyed_by_line_not_by_batch(loaded):
   """A line's sample is the same in batches of other sizes and alone (with its line
   number); another seed gives others; top_k=1 is greedy decoding, which is beam search
@@ -311,37 +323,52 @@ def test_an_ensemble_refuses_other_vocabularies_languages_and_specs(tiny_workdir
       Translator(config, tiny_workdir)
 
 
-def test_sampling_and_an_ensemble_on_the_command_line(tiny_workdir, loaded, tmp_path):
-  """Samples with one seed are the same in another process (on 2 devices, not 8) and
-  again; an ensemble of the run with itself is the run, n-best and scores included; one of
-  another vocabulary is an error of one line naming it."""
+SAMPLE_CLI = ['--config.decode_method=sample', '--config.sample_seed=3',
+              '--config.sample_temperature=1.5']  # SAMPLED on the command line
+
+
+@pytest.mark.slow
+def test_sampling_and_an_ensemble_on_the_command_line(cli, tiny_workdir, loaded, tmp_path):
+  """Samples with one seed are the Python API's, and the same again; an ensemble of the
+  run with itself is the run, n-best and scores included; one of another vocabulary is an
+  error of one line naming it."""
   (tmp_path / 'in.txt').write_text(''.join(line + '\n' for line in LINES))
-  args = [f'--workdir={tiny_workdir}', '--mode=translate', f'--input={tmp_path / "in.txt"}']
-  sample = ['--config.decode_method=sample', '--config.sample_seed=3',
-            '--config.sample_temperature=1.5']
+  args = [*TINY_CLI, f'--workdir={tiny_workdir}', '--mode=translate',
+          f'--input={tmp_path / "in.txt"}']
   outputs = []
-  for name, extra in (('a', sample), ('b', sample),
+  for name, extra in (('a', SAMPLE_CLI), ('b', SAMPLE_CLI),
                       ('self', [f'--config.ensemble={tiny_workdir}', '--n_best=3'])):
-    process = run_main(*args, *extra, f'--output={tmp_path / name}', stderr=subprocess.PIPE)
-    assert process.wait(timeout=600) == 0, process.stderr.read().decode()[-3000:]
+    done = cli(*args, *extra, f'--output={tmp_path / name}')
+    assert done.returncode == 0, done.stderr[-3000:]
     outputs.append((tmp_path / name).read_text())
   assert outputs[0] == outputs[1] == ''.join(t + '\n' for t in loaded.translate(LINES,
-                                                                               **SAMPLED))
-  # Scores as test_n_best_on_the_command_line compares them: 2 devices round otherwise.
+                                                                                **SAMPLED))
+  # Two printed scores, each rounded to 6 decimals from a search in its own batches.
   alone = [line.split(' ||| ') for line in translator.format_results(
       loaded.translate(LINES, n_best=3)).splitlines()]
   ensemble = [line.split(' ||| ') for line in outputs[2].splitlines()]
   assert [line[:2] for line in ensemble] == [line[:2] for line in alone]
-  assert [float(line[2]) for line in ensemble] == pytest.approx(
-      [float(line[2]) for line in alone], abs=2e-6)
+  assert_printed([line[2] for line in ensemble], [float(line[2]) for line in alone], 6,
+                 rtol=REORDERED_F32)
   other = _changed_run(tmp_path, tiny_workdir, vocab_size=41)
-  refused = run_main(*args, f'--config.ensemble={other}', stderr=subprocess.PIPE,
-                     stdout=subprocess.PIPE)
-  assert refused.wait(timeout=600) != 0
-  stderr = refused.stderr.read().decode()
+  refused = cli(*args, f'--config.ensemble={other}')
+  assert refused.returncode != 0
+  stderr = refused.stderr
   assert 'Traceback' not in stderr and stderr.strip().splitlines()[-1] == (  # after logs
       f't2t_jax: error: config.ensemble: {other} has another vocabulary than {tiny_workdir} '
       '(fingerprint ids-41, not ids-40); the runs of an ensemble share one vocabulary')
+
+
+@pytest.mark.e2e
+def test_samples_are_the_same_in_a_process_of_two_devices(tiny_workdir, loaded, tmp_path):
+  """A line's sample depends on the seed and its line number, not on the device count: a
+  process of 2 CPU devices samples what this one of 8 does."""
+  (tmp_path / 'in.txt').write_text(''.join(line + '\n' for line in LINES))
+  done = run_process(*TINY_CLI, f'--workdir={tiny_workdir}', '--mode=translate',
+                     f'--input={tmp_path / "in.txt"}', *SAMPLE_CLI, devices=2)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert 'on 2 devices' in done.stderr
+  assert done.stdout == ''.join(t + '\n' for t in loaded.translate(LINES, **SAMPLED))
 
 
 def test_small_calls_meet_only_the_interactive_shapes():
@@ -401,7 +428,7 @@ def test_after_compile_ahead_small_calls_compile_nothing(tiny_workdir):
 
 
 def test_a_large_call_samples_alike_with_its_shapes_compiled_ahead(tiny_workdir, loaded,
-                                                                    monkeypatch):
+                                                                   monkeypatch):
   """With background threads (ahead.default_threads: 4 cores or more), a call of many
   sentences compiles its batches' shapes on them (test_evaluate: beam search), here with
   sampling's settings, and samples as a call that compiles each shape when met."""

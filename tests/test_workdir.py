@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from experiments import demo
-from helpers import ROOT, run_cli
+from helpers import ROOT
 from t2t_jax.platform import files, workdir
 
 TINY = ['--config=experiments/demo.py', '--config.dataset=synthetic',
@@ -36,12 +36,14 @@ def test_a_second_lock_on_the_same_workdir_is_refused(tmp_path):
     pass
 
 
-def test_a_second_trainer_is_refused_and_a_killed_ones_lock_is_taken_over(tmp_path):
+@pytest.mark.e2e
+def test_a_second_trainer_is_refused_and_a_killed_ones_lock_is_taken_over(cli, tmp_path):
+  """Another process holds the lock: refused; that process killed: its lock is taken over."""
   holder = subprocess.Popen([sys.executable, '-c', HOLD_LOCK, str(tmp_path)], cwd=ROOT,
                             stdout=subprocess.PIPE, text=True)
   try:
     assert holder.stdout.readline().strip() == 'locked'
-    result = run_cli(*TINY, f'--workdir={tmp_path}')
+    result = cli(*TINY, f'--workdir={tmp_path}')
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f't2t_jax: error: {tmp_path} is in use by another training run '
@@ -50,14 +52,14 @@ def test_a_second_trainer_is_refused_and_a_killed_ones_lock_is_taken_over(tmp_pa
   finally:
     holder.send_signal(signal.SIGKILL)  # a crash: the kernel drops its lock
     holder.wait()
-  result = run_cli(*TINY, f'--workdir={tmp_path}')
+  result = cli(*TINY, f'--workdir={tmp_path}')
   assert result.returncode == 0, result.stderr[-3000:]
   assert (tmp_path / 'checkpoints' / '2').is_dir()
 
 
 @pytest.mark.parametrize('mode', ['train', 'eval'])
-def test_url_workdirs_are_refused_in_one_line(tmp_path, mode):
-  result = run_cli(*TINY, '--workdir=gs://bucket/run', f'--mode={mode}')
+def test_url_workdirs_are_refused_in_one_line(cli, tmp_path, mode):
+  result = cli(*TINY, '--workdir=gs://bucket/run', f'--mode={mode}')
   assert result.returncode == 1
   assert result.stderr.strip().splitlines()[-1].startswith(
       't2t_jax: error: --workdir=gs://bucket/run: URLs are not supported as workdirs')
