@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from experiments import demo, wmt_ende_base
-from helpers import REORDERED_F32, make_config, run_process, tiny_step_config, trained_rtol
+from helpers import (
+  REORDERED_F32,
+  TINY_CLI,
+  make_config,
+  run_process,
+  tiny_step_config,
+  trained_rtol,
+)
 from t2t_jax.config import rules
 from t2t_jax.data import pipeline, synthetic
 from t2t_jax.model.transformer import ModelConfig, Transformer
@@ -234,12 +241,8 @@ def test_params_mode_prints_the_exact_count(cli):
 
 @pytest.mark.slow
 def test_train_mode_writes_metrics(cli, tmp_path):
-  result = cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
-               '--config.dataset=synthetic', '--config.num_train_steps=20',
-               '--config.log_every_steps=10', '--config.eval_every_steps=20',
-               '--config.model.num_layers=1', '--config.model.d_model=32',
-               '--config.model.d_ff=64', '--config.vocab_size=40',
-               '--config.max_length=12', '--config.tokens_per_batch=192')
+  result = cli(*TINY_CLI, f'--workdir={tmp_path}', '--config.num_train_steps=20',
+               '--config.log_every_steps=10', '--config.eval_every_steps=20')
   assert result.returncode == 0, result.stderr[-3000:]
   records = [json.loads(line) for line in open(tmp_path / 'metrics.jsonl')]
   train_records = [r for r in records if 'loss' in r]
@@ -266,12 +269,8 @@ def test_unknown_override_fails_before_training(cli, tmp_path):
 
 def test_time_budget_ends_the_run_like_its_last_step(cli, tmp_path):
   """config.train_minutes: once spent, the current step is logged, evaluated and saved."""
-  result = cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
-               '--config.dataset=synthetic', '--config.num_train_steps=1000',
-               '--config.train_minutes=1e-6', '--config.checkpoint_every_steps=0',
-               '--config.model.num_layers=1', '--config.model.d_model=32',
-               '--config.model.d_ff=64', '--config.vocab_size=40',
-               '--config.max_length=12', '--config.tokens_per_batch=192')
+  result = cli(*TINY_CLI, f'--workdir={tmp_path}', '--config.num_train_steps=1000',
+               '--config.train_minutes=1e-6', '--config.checkpoint_every_steps=0')
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'config.train_minutes=1e-06 reached at step 1.' in result.stderr
   assert 'finished 1 steps (of 1000)' in result.stderr
