@@ -1,7 +1,7 @@
 """Every figure the accelerator claims rest on, in one run on one GPU or TPU (or a CPU).
 
   python benchmarks/accelerator.py [--size auto|full|tiny] [--out FILE]
-                                   [--parts matmul,train,peer,decode,compile,demo]
+                                   [--parts matmul,train,peer,decode,batching,compile,demo]
   python benchmarks/accelerator.py --parts matmul,forms,profile [--forms A,B] [--profile-dir D]
 
 Prints JSON lines as it goes (and appends them to --out), then a markdown table:
@@ -15,10 +15,14 @@ Prints JSON lines as it goes (and appends them to --out), then a markdown table:
   decode   base beam-4 search (§6.1: α 0.6, input + 50, early stopping) of 64 and 512
            random 32-token sentences in bfloat16, and of the 64 in float32: sentences/s, and
            the share of sentences whose bf16 output ids equal float32's
+  batching the base train step on real text (the WMT sample where $T2T_WMT_SAMPLE names it,
+           else the demo corpus), §5.1's length buckets against packed rows
+           (benchmarks/batchings.py): real target tokens a second, padding, compile seconds
   compile  the base bf16 step compiled in a fresh process with an empty persistent cache
            (cold), then in another that finds it there (warm): compile and process seconds
   demo     the built-in demo end to end in a fresh workdir (train, average, eval), the
-           compilation cache off: seconds of each, compile seconds (JAX_LOG_COMPILES), BLEU
+           compilation cache off: seconds of each, compile seconds (JAX_LOG_COMPILES), BLEU;
+           for each config.batching of --demo-batchings (default: the config's, 'auto')
 Two more parts run only when --parts names them:
   forms    the price of each hardware form: the base bf16 train step and beam search with
            the 'xla' forms, then with one form swapped at a time (FORMS, DECODE_FORMS), side
@@ -65,15 +69,20 @@ from t2t_jax.training import optim, train_step  # noqa: E402
 
 ROOT = common.ROOT
 emit, random_ids = common.emit, common.random_ids
-PARTS = ('matmul', 'train', 'forms', 'profile', 'peer', 'decode', 'compile', 'demo')
+PARTS = ('matmul', 'train', 'forms', 'profile', 'peer', 'decode', 'batching', 'compile', 'demo')
 DEFAULT_PARTS = tuple(p for p in PARTS if p not in ('forms', 'profile'))  # those two: asked
 # What each size runs. 'tiny' keeps every code path at sizes a CPU runs in seconds.
 SIZES = {
     'full': dict(matmul=8192, rows=384, length=64, steps=10, sentences=(64, 512),
-                 source_length=32, extra_length=50, model={}, demo=[]),
+                 source_length=32, extra_length=50, model={}, demo=[],
+                 batching=dict(config='base', batches=6, rounds=2, changes={})),
     'tiny': dict(matmul=256, rows=8, length=16, steps=2, sentences=(4, 8), source_length=8,
                  extra_length=6, model=dict(num_layers=1, d_model=32, d_ff=64, num_heads=2),
                  vocab_size=128,
+                 batching=dict(config='demo', batches=2, rounds=1, changes=dict(
+                     demo_num_train=2000, demo_num_eval=16, vocab_size=400,
+                     vocab_sample_sentences=2000, model=dict(num_layers=1, d_model=32,
+                                                             d_ff=64))),
                  # Coarse length buckets (growth 2): few shapes to compile, as tiny needs.
                  demo=['--config.num_train_steps=6', '--config.demo_num_train=2000',
                        '--config.demo_num_eval=16', '--config.vocab_size=400',
@@ -519,9 +528,25 @@ def bench_compile(size_name: str, out: str | None) -> list[dict]:
 COMPILE_LOG = re.compile(r'Finished XLA compilation of (.+?) in ([0-9.e+-]+) ?s')
 
 
-def bench_demo(size: dict, out: str | None) -> list[dict]:
-  """The demo's chain (make demo without translate) in a fresh workdir, the cache off: a
-  line after each mode, so that a run cut short keeps what it measured."""
+def bench_batching(size: dict, out: str | None) -> list[dict]:
+  """benchmarks/batchings.py's two lines: the train step on buckets and on packed rows."""
+  import batchings  # noqa: PLC0415  (benchmarks/batchings.py, only for this part)
+  data = 'wmt' if os.environ.get(common.WMT_SAMPLE) else 'demo'
+  settings = size['batching']
+  lines = batchings.run(settings['config'], data, settings['batches'], settings['rounds'],
+                        settings['changes'])
+  return [emit({'part': 'batching', **line}, out) for line in lines]
+
+
+def bench_demo(size: dict, out: str | None, batchings: list[str]) -> list[dict]:
+  """The demo's chain for each of `batchings`."""
+  return [line for batching in batchings for line in bench_demo_chain(size, out, batching)]
+
+
+def bench_demo_chain(size: dict, out: str | None, batching: str) -> list[dict]:
+  """The demo's chain (make demo without translate) in a fresh workdir, the cache off, with
+  config.batching=`batching`: a line after each mode, so that a run cut short keeps what it
+  measured."""
   lines = []
   with tempfile.TemporaryDirectory() as workdir:
     env = dict(os.environ, JAX_LOG_COMPILES='1', **CHILD_ENV)
@@ -530,10 +555,12 @@ def bench_demo(size: dict, out: str | None) -> list[dict]:
       result = subprocess.run(
           [sys.executable, '-m', 't2t_jax.main', '--config=experiments/demo.py',
            f'--workdir={workdir}', f'--mode={mode}', "--config.compilation_cache_dir=",
-           *size['demo']], cwd=ROOT, env=env, capture_output=True, text=True)
+           f'--config.batching={batching}', *size['demo']], cwd=ROOT, env=env,
+          capture_output=True, text=True)
       if result.returncode:
         raise RuntimeError(f'demo --mode={mode} failed:\n{result.stderr[-3000:]}')
-      line = {'part': 'demo', 'mode': mode, 'seconds': round(time.perf_counter() - t0, 1),
+      line = {'part': 'demo', 'batching': batching, 'mode': mode,
+              'seconds': round(time.perf_counter() - t0, 1),
               'compile_s': round(sum(float(s) for _, s in COMPILE_LOG.findall(result.stderr)), 1),
               'compilations': len(COMPILE_LOG.findall(result.stderr))}
       if mode == 'eval':
@@ -549,11 +576,12 @@ def table(lines: list[dict]) -> str:
   """The lines as one markdown table: part, what, the figure that matters."""
   rows = ['| part | what | figure |', '|---|---|---|']
   for line in lines:
-    what = ' '.join(str(line[k]) for k in ('form', 'config', 'dtype', 'shape', 'batch',
+    what = ' '.join(str(line[k]) for k in ('form', 'config', 'batching', 'dtype', 'shape', 'batch',
                                            'sentences', 'cache', 'mode', 'thread', 'kernel')
                     if k in line)
     figure = ', '.join(f'{k} {line[k]}' for k in (
-        'tflop_per_s', 'ms', 'tokens_per_s', 'fraction_of_peak', 'vs_xla', 'sentences_per_s',
+        'tflop_per_s', 'ms', 'target_tokens_per_s', 'tokens_per_s', 'fraction_of_peak',
+        'padding_efficiency', 'vs_xla', 'sentences_per_s',
         'ids_equal_xla_share', 'bf16_ids_equal_float32_share', 'busy_ms_per_step',
         'ms_per_step', 'calls_per_step', 'seconds', 'compile_s', 'process_s', 'sacrebleu',
         'error')
@@ -576,6 +604,8 @@ def main() -> None:
   parser.add_argument('--sentences', default='', help='decode: sentence counts (64,512)')
   parser.add_argument('--kernels', default='auto', choices=('auto', 'xla', 'cpu'),
                       help='config.model.kernels of every model (t2t_jax/model/kernels.py)')
+  parser.add_argument('--demo-batchings', default='auto',
+                      help='demo: config.batching of each chain (auto, buckets, packed)')
   parser.add_argument('--out', default=None, help='also append the JSON lines to this file')
   parser.add_argument('--profile-dir', default=None,
                       help="profile: where the trace and the program go (default: a new "
@@ -613,8 +643,9 @@ def main() -> None:
              'profile': lambda: bench_profile(size, args.out,
                                               args.profile_dir or tempfile.mkdtemp()),
              'decode': lambda: bench_decode(size, args.out, dtypes),
+             'batching': lambda: bench_batching(size, args.out),
              'compile': lambda: bench_compile(size_name, args.out),
-             'demo': lambda: bench_demo(size, args.out)}
+             'demo': lambda: bench_demo(size, args.out, args.demo_batchings.split(','))}
   for part in PARTS[1:]:
     if part in parts:
       t0 = time.perf_counter()

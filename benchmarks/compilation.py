@@ -2,8 +2,13 @@
 
   python benchmarks/compilation.py [--config=base|big|demo] [--shapes=3] [--band=2] [--growth=1.1]
 
-(--shapes=0: the shape statistics alone.)
+(--shapes=0: the shape statistics alone; --batching=packed: packed rows, config.pack_length
+--pack-length, instead of §5.1's buckets.)
   python benchmarks/compilation.py --sweep [--corpus=wmt|debian] [--shapes-per-minute=N]
+  python benchmarks/compilation.py --batchings [--corpus=wmt|debian] [--pack-length=256]
+
+--batchings prints the shape statistics of both batchings on one corpus: §5.1's buckets at
+the base config's band and growth, and packed rows (t2t_jax/data/packing.py).
 
 --sweep prints the shape statistics for every bucket_band × bucket_growth of SWEEP on one
 corpus (one vocabulary, trained once): the WMT sample, or the EN→FR software messages
@@ -74,6 +79,7 @@ def make_config(args: argparse.Namespace):
   config.test_files = ''
   config.vocab_size = 8000  # a 10k-pair sample cannot support 37000 pieces
   config.bucket_band, config.bucket_growth = args.band, args.growth
+  config.batching, config.pack_length = args.batching, args.pack_length
   config.tokens_per_batch = 25000  # §5.1, whatever the config (demo: 2048)
   return config
 
@@ -82,18 +88,19 @@ def epoch_shapes(config, workdir: str) -> tuple[list[tuple[int, ...]], dict]:
   """The distinct train batch shapes of epoch 0, first-seen order, and shape statistics."""
   datasets = pipeline.get_datasets(config, workdir, num_devices=1)
   plan = datasets.train.plan(0)
-  shapes = list(dict.fromkeys(tuple(int(x) for x in s) for s in plan.shapes))
-  real = slots = 0
+  shapes, real, slots = {}, 0, 0
   for _ in range(plan.num_batches):
     batch = next(datasets.train)
+    shapes[(*batch['inputs'].shape, batch['targets'].shape[1])] = None  # first-seen order
     real += np.count_nonzero(batch['inputs']) + np.count_nonzero(batch['targets'])
     slots += batch['inputs'].size + batch['targets'].size
-  dev_shapes = {b['inputs'].shape for b in datasets.dev.batches()}
+  shapes = list(shapes)
+  dev_shapes = {(b['inputs'].shape, b['targets'].shape) for b in datasets.dev.batches()}
   return shapes, {'train_shapes': len(shapes), 'dev_shapes': len(dev_shapes),
                   'batches_per_epoch': plan.num_batches, 'padding_efficiency': real / slots}
 
 
-def compile_child(config_name: str, shapes: list[list[int]], cache: str) -> dict:
+def compile_child(config_name: str, shapes: list[list[int]], cache: str, packed: bool) -> dict:
   """In a fresh process: compile the train step for each shape; seconds each."""
   import jax  # noqa: PLC0415 -- in the child only
 
@@ -112,18 +119,20 @@ def compile_child(config_name: str, shapes: list[list[int]], cache: str) -> dict
   train_fn, _ = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh)
   seconds = []
   for rows, src, tgt in shapes:
-    batch = {'inputs': jax.ShapeDtypeStruct((rows, src), np.int32),
-             'targets': jax.ShapeDtypeStruct((rows, tgt), np.int32)}
+    keys = train_step.MODEL_KEYS if packed else ('inputs', 'targets')
+    batch = {key: jax.ShapeDtypeStruct((rows, src if key.startswith('inputs') else tgt),
+                                       np.int32) for key in keys}
     start = time.perf_counter()
     train_fn.lower(state, batch).compile()
     seconds.append(time.perf_counter() - start)
   return {'seconds': seconds, 'backend': jax.default_backend(), 'dtype': model_config.dtype}
 
 
-def run_child(config_name: str, shapes: list, cache: str) -> dict:
+def run_child(config_name: str, shapes: list, cache: str, packed: bool) -> dict:
   env = dict(os.environ, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0')
   out = subprocess.run([sys.executable, __file__, '--child', json.dumps(
-      [config_name, shapes, cache])], env=env, capture_output=True, text=True, check=True)
+      [config_name, shapes, cache, packed])], env=env, capture_output=True, text=True,
+      check=True)
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -181,6 +190,18 @@ def sweep(args: argparse.Namespace) -> None:
       common.emit(line)
 
 
+def batchings(args: argparse.Namespace) -> None:
+  """Shapes and padding efficiency of the buckets and of packed rows, one vocabulary."""
+  with tempfile.TemporaryDirectory() as tmp:
+    for batching in ('buckets', 'packed'):
+      args.batching = batching
+      _, stats = epoch_shapes(make_config(args), os.path.join(tmp, 'workdir'))
+      common.emit({'benchmark': 'compilation', 'what': 'batchings', 'corpus': args.corpus,
+                   'batching': batching, 'bucket_band': args.band,
+                   'bucket_growth': args.growth, 'pack_length': args.pack_length,
+                   **{k: round(v, 4) for k, v in stats.items()}})
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--config', default='base', choices=sorted(common.CONFIGS))
@@ -189,6 +210,9 @@ def main() -> None:
   parser.add_argument('--growth', type=float, default=1.1)
   parser.add_argument('--corpus', default='wmt', choices=('wmt', 'debian'))
   parser.add_argument('--sweep', action='store_true', help='shape statistics for SWEEP')
+  parser.add_argument('--batching', default='buckets', choices=('buckets', 'packed'))
+  parser.add_argument('--pack-length', type=int, default=256)
+  parser.add_argument('--batchings', action='store_true', help='both batchings\' statistics')
   parser.add_argument('--shapes-per-minute', type=float, default=0.0)
   parser.add_argument('--waits', action='store_true', help='compile waits, ahead off and on')
   parser.add_argument('--steps', type=int, default=200)
@@ -203,18 +227,22 @@ def main() -> None:
     return waits_child(*json.loads(args.child_waits))
   if args.sweep:
     return sweep(args)
+  if args.batchings:
+    return batchings(args)
   if args.waits:
     return waits(args)
   config = make_config(args)
   with tempfile.TemporaryDirectory() as tmp:
     shapes, stats = epoch_shapes(config, os.path.join(tmp, 'workdir'))
     common.emit({'benchmark': 'compilation', 'what': 'shapes', 'config': args.config,
-                 'bucket_band': args.band, 'bucket_growth': args.growth,
+                 'batching': args.batching, 'bucket_band': args.band,
+                 'bucket_growth': args.growth, 'pack_length': args.pack_length,
                  **{k: round(v, 4) for k, v in stats.items()}})
     chosen = shapes[:args.shapes]
     # warm: the same shapes again, from the cache the cold run wrote
     for kind in ('cold', 'warm') if chosen else ():
-      result = run_child(args.config, chosen, os.path.join(tmp, 'cache'))
+      result = run_child(args.config, chosen, os.path.join(tmp, 'cache'),
+                         args.batching == 'packed')
       mean = float(np.mean(result['seconds']))
       common.emit({'benchmark': 'compilation', 'what': 'compile', 'cache': kind,
                    'config': args.config, 'backend': result['backend'],

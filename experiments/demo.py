@@ -32,6 +32,7 @@ def get_config() -> ml_collections.ConfigDict:
   # ten-minute CPU run compiling is the bigger cost.
   config.bucket_band = 0
   config.bucket_growth = 1.25
+  config.pack_length = 64  # config.batching='packed': rows of max_length tokens
   config.model.num_layers = 3
   config.model.d_model = 128
   config.model.d_ff = 512

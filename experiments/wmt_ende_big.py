@@ -16,4 +16,6 @@ def get_config() -> ml_collections.ConfigDict:
   config.num_train_steps = 300_000  # §5.2
   config.average_last = 20  # §6.1: big averages the last 20 checkpoints
   config.checkpoint_every_steps = 600  # §6.1's 10 minutes at §5.2's 1.0 s a step
+  # config.batching: the base's 'auto', packed rows (one compilation) on GPU and TPU, §5.1's
+  # buckets on a CPU, where packing is slower (docs/performance.md#batching).
   return config

@@ -210,9 +210,10 @@ def _compile_ahead(config: ml_collections.ConfigDict, model_config: ModelConfig,
   now on; and the pool they compile on."""
   pool = ahead.make_pool(ahead.default_threads() if config.compile_ahead else 0)
   train_fn = ahead.steps(train_fn, state, datasets.train.batch_shapes(), mesh, pool=pool,
-                         name='train step')
+                         name='train step', packed=datasets.train.packed)
   dev_shapes = datasets.dev.batch_shapes() if datasets.dev is not None else []
-  eval_fn = ahead.steps(eval_fn, state.params, dev_shapes, mesh, pool=pool, name='eval step')
+  eval_fn = ahead.steps(eval_fn, state.params, dev_shapes, mesh, pool=pool, name='eval step',
+                        packed=datasets.dev is not None and datasets.dev.packed)
   if datasets.dev is None or config.eval_bleu_every_steps <= 0:
     return train_fn, eval_fn, None, pool
   _, inputs = translator.encode_inputs(datasets.dev.sources, datasets.tokenizer,

@@ -83,19 +83,21 @@ def abstract_state(c: ModelConfig, tx) -> train_step.TrainState:
   return jax.eval_shape(init)
 
 
-def batch_shapes(rows: int = ROWS, length: int = LENGTH) -> dict:
-  return {k: jax.ShapeDtypeStruct((rows, length), jnp.int32) for k in ('inputs', 'targets')}
+def batch_shapes(rows: int = ROWS, length: int = LENGTH, packed: bool = False) -> dict:
+  """A batch's arrays; packed rows (data/packing.py) with each side's segments and positions."""
+  keys = ('inputs', 'targets') + (tuple(train_step.PACKED_ARGUMENTS) if packed else ())
+  return {k: jax.ShapeDtypeStruct((rows, length), jnp.int32) for k in keys}
 
 
 @functools.cache
-def train_program(platform: str, grad_accum_steps: int) -> str:
+def train_program(platform: str, grad_accum_steps: int, packed: bool = False) -> str:
   c, config = base_config(platform)
   tx = optim.make_optimizer(config)
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
   train, _ = train_step.compile_steps(c, tx, config.label_smoothing, mesh,
                                       grad_accum_steps=grad_accum_steps)
   return jax.export.export(train, platforms=[platform])(abstract_state(c, tx),
-                                                         batch_shapes()).mlir_module()
+                                                         batch_shapes(packed=packed)).mlir_module()
 
 
 def assert_accelerator_forms(text: str) -> list[Dot]:
@@ -111,9 +113,10 @@ def assert_accelerator_forms(text: str) -> list[Dot]:
 
 
 @pytest.mark.parametrize('platform', PLATFORMS)
-@pytest.mark.parametrize('grad_accum_steps', [1, 2])
-def test_the_train_step_for_accelerators(platform, grad_accum_steps):
-  text = train_program(platform, grad_accum_steps)
+@pytest.mark.parametrize('grad_accum_steps,packed', [(1, False), (2, False), (1, True)])
+def test_the_train_step_for_accelerators(platform, grad_accum_steps, packed):
+  """Packed rows' masks change no product: the same FLOPs, every row attended whole."""
+  text = train_program(platform, grad_accum_steps, packed)
   found = assert_accelerator_forms(text)
   outputs = {dot.name.split('/')[-2] for dot in found if dot.dtypes[2] == 'f32'}
   assert outputs == {'bqhd,bkhd->bhqk', 'btm,vm->btv'}  # both float32, forward

@@ -41,7 +41,7 @@ LAYERS = {
     # the config (experiments/*.py are checked by rules)
     'config': ['rules', 'loading', 'recorded_run', 'command_line'],
     # §5.1's data
-    'data': ['tokenizer', 'id_cache', 'sources', 'batching', 'synthetic',
+    'data': ['tokenizer', 'id_cache', 'sources', 'batching', 'packing', 'synthetic',
              'demo_corpus.lexicon', 'demo_corpus.grammar', 'demo_corpus.sampling',
              'demo_corpus.writer', 'demo_corpus', 'demo_corpus.__main__', 'pipeline'],
     # one seam for every backend-specific way of computing the same thing, then §3's model

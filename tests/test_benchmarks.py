@@ -307,10 +307,29 @@ def test_compilation_shape_statistics(bench, sample, monkeypatch, capsys):
   monkeypatch.setattr(compilation, 'make_config', small_vocabulary)
   monkeypatch.setenv('T2T_WMT_SAMPLE', sample)
   [line] = run_main(compilation, monkeypatch, capsys, '--config=demo', '--shapes=0')
-  assert set(line) == {'benchmark', 'what', 'config', 'bucket_band', 'bucket_growth',
-                       'train_shapes', 'dev_shapes', 'batches_per_epoch', 'padding_efficiency'}
+  assert set(line) == {'benchmark', 'what', 'config', 'batching', 'bucket_band',
+                       'bucket_growth', 'pack_length', 'train_shapes', 'dev_shapes',
+                       'batches_per_epoch', 'padding_efficiency'}
   lines = run_main(compilation, monkeypatch, capsys, '--sweep', '--shapes-per-minute=10')
   assert len(lines) == len(compilation.SWEEP) and 'compile_ahead_minutes' in lines[0]
+  buckets, packed = run_main(compilation, monkeypatch, capsys, '--batchings', '--pack-length=48')
+  assert (buckets['batching'], packed['batching']) == ('buckets', 'packed')
+  assert packed['train_shapes'] <= 2 < buckets['train_shapes']
+
+
+@pytest.mark.slow
+def test_batchings_times_both_batchings_on_the_same_text(bench):
+  """batchings.py on the demo corpus at a tiny size: a line for each batching, the packed
+  one of one shape, both over real tokens (the sense of the figures, not their speed)."""
+  batchings = bench('batchings')
+  tiny = dict(demo_num_train=2000, demo_num_eval=16, vocab_size=400,
+              vocab_sample_sentences=2000, model=dict(num_layers=1, d_model=32, d_ff=64))
+  buckets, packed = batchings.run('demo', 'demo', 3, 1, tiny)
+  assert (buckets['batching'], packed['batching']) == ('buckets', 'packed')
+  assert len(packed['shapes']) == 1 and len(buckets['shapes']) > 1
+  for line in (buckets, packed):
+    assert line['batches'] == 3 and 0 < line['padding_efficiency'] <= 1
+    assert 0 < line['target_tokens_per_s'] < line['tokens_per_s']
 
 
 def test_the_profile_counts_the_device_threads_alone(bench, tmp_path):
@@ -375,22 +394,26 @@ def test_the_demo_and_compile_parts_read_the_processes_they_start(bench, tmp_pat
 
   monkeypatch.setattr(accelerator.subprocess, 'run', fake_run)
   out = str(tmp_path / 'figures.jsonl')
-  demo = accelerator.bench_demo(accelerator.SIZES['full'], out)
-  assert [(line['mode'], line['compilations'], line['compile_s']) for line in demo] == [
-      ('train', 2, 3.8), ('average', 2, 3.8), ('eval', 2, 3.8)]
-  assert demo[-1]['sacrebleu'] == 12.5 and 'sacrebleu' not in demo[0]
-  workdirs = {a for argv, _ in calls for a in argv if a.startswith('--workdir=')}
-  assert len(workdirs) == 1 and not os.path.exists(workdirs.pop()[len('--workdir='):])
+  demo = accelerator.bench_demo(accelerator.SIZES['full'], out, ['buckets', 'packed'])
+  assert [(line['batching'], line['mode'], line['compilations'], line['compile_s'])
+          for line in demo] == [(batching, mode, 2, 3.8) for batching in ('buckets', 'packed')
+                                for mode in ('train', 'average', 'eval')]
+  assert demo[2]['sacrebleu'] == 12.5 and 'sacrebleu' not in demo[0]
+  workdirs = [a for argv, _ in calls for a in argv if a.startswith('--workdir=')]
+  assert len(set(workdirs)) == 2 and len(workdirs) == 6  # a fresh one for each chain
+  assert not any(os.path.exists(w[len('--workdir='):]) for w in workdirs)
   for argv, env in calls:
     assert argv[1:4] == ['-m', 't2t_jax.main', '--config=experiments/demo.py']
     assert '--config.compilation_cache_dir=' in argv and env['JAX_LOG_COMPILES'] == '1'
+  assert [a for argv, _ in calls for a in argv if a.startswith('--config.batching=')] == [
+      f'--config.batching={b}' for b in ('buckets', 'packed') for _ in range(3)]
   calls.clear()
   compile_lines = accelerator.bench_compile('tiny', out)
   assert [(line['cache'], line['compile_s']) for line in compile_lines] == [
       ('cold', 9.0), ('warm', 0.25)]
   assert [argv[1:] for argv, _ in calls] == [[accelerator.__file__, '--probe-compile',
                                                '--size', 'tiny']] * 2
-  assert len(open(out).readlines()) == 5
+  assert len(open(out).readlines()) == 8
 
 
 def test_interactive_requests_after_compiling_ahead(bench, tiny, monkeypatch, capsys):

@@ -181,7 +181,8 @@ BAD_VALUES = [
     ('demo_num_train', 0), ('demo_num_eval', -1), ('demo_seed', -1),
     ('vocab_size', 0), ('vocab_sample_sentences', 0), ('vocab_sample_sentences', -5),
     ('max_length', 0), ('tokens_per_batch', -1), ('eval_tokens_per_batch', 0),
-    ('bucket_growth', 0.9), ('bucket_band', -1), ('model', None), ('model.num_layers', 0),
+    ('bucket_growth', 0.9), ('bucket_band', -1), ('batching', 'pack'), ('pack_length', 0),
+    ('model', None), ('model.num_layers', 0),
     ('model.d_model', -512), ('model.d_ff', 0), ('model.num_heads', 0), ('model.d_k', 0),
     ('model.d_v', -64), ('model.dropout_rate', 1.0), ('model.positional', 'absolute'),
     ('model.max_len', 0), ('model.dtype', 'float64'), ('model.kernels', 'gpu'),
@@ -194,7 +195,8 @@ BAD_VALUES = [
     ('log_every_steps', 0), ('eval_every_steps', -100), ('beam_size', 0), ('beam_alpha', -0.6),
     ('decode_method', 'top_p'), ('sample_temperature', 0.0), ('sample_temperature', -1.0),
     ('sample_top_k', -1), ('sample_seed', -1), ('sample_seed', 2**32), ('ensemble', None),
-    ('decode_extra_length', -1), ('decode_tokens_per_batch', 0), ('max_decode_input_length', 0),
+    ('decode_extra_length', -1), ('decode_tokens_per_batch', 0), ('decode_bucket_growth', 0.5),
+    ('max_decode_input_length', 0),
     ('eval_split', 'valid'), ('eval_bleu_every_steps', -1), ('checkpoint_every_minutes', -10.0),
     ('checkpoint_every_steps', -1), ('keep_checkpoints', 0), ('average_last', 0),
     ('average_allow_fewer', None), ('restore_step', -1), ('restart', None),
@@ -468,6 +470,16 @@ def test_a_run_recorded_before_model_kernels_existed_reads_as_auto():
   assert ModelConfig.from_config(config, platform='cpu').kernels == 'cpu'
   assert ModelConfig.from_config(config, platform='cuda').kernels == 'xla'
   assert ModelConfig.from_config(config, platform='tpu').dtype == 'bfloat16'
+
+
+def test_a_run_recorded_before_packing_reads_as_bucketed():
+  """config.json of a run older than config.batching: it was batched in §5.1's buckets."""
+  recorded = recorded_demo()
+  for key in recorded_run.ADDED_BATCHING:
+    del recorded[key]
+  config = recorded_run.from_recorded(recorded, [], 'DIR/config.json')
+  assert (config.batching, rules.batching_of(config, 'cuda')) == ('buckets', 'buckets')
+  rules.validate(config, 'eval')
 
 
 def test_a_run_recorded_before_sampling_and_ensembles_decodes_as_before():

@@ -304,6 +304,32 @@ def test_empty_source_row_decodes_to_eos_without_nan(empty):
   np.testing.assert_allclose(scores[0], alone_scores[0], rtol=1e-6)
 
 
+def test_a_sentence_decodes_alike_in_any_batch():
+  """Beam search's output for a sentence does not depend on the batch it is decoded in: its
+  neighbours, their number, or the padded length of its bucket (decoding buckets double,
+  config.decode_bucket_growth)."""
+  params = model_params(SMALL, 5)
+  rng = np.random.default_rng(0)
+  sentences = [[*rng.integers(EOS + 1, SMALL.vocab_size, n).tolist(), EOS] for n in (2, 5, 3, 7)]
+
+  def decoded(rows: int, width: int, order) -> list:
+    src = np.zeros((rows, width), np.int32)  # rows past the sentences stay empty
+    for r, i in enumerate(order):
+      src[r, :len(sentences[i])] = sentences[i]
+    ids, scores = decode.beam_search(params, src, config=SMALL, extra_length=4)
+    found = [None] * len(sentences)
+    for r, i in enumerate(order):
+      found[i] = (trim(ids[r]), float(scores[r]))
+    return found
+  alone = [decoded(1, 8, [i])[i] for i in range(len(sentences))]
+  for rows, width, order in ((8, 16, [3, 1, 0, 2]), (6, 32, [2, 3, 0, 1])):
+    together = decoded(rows, width, order)
+    assert [ids for ids, _ in together] == [ids for ids, _ in alone], (rows, width)
+    # Other shapes: XLA may order a sum differently.
+    np.testing.assert_allclose([s for _, s in together], [s for _, s in alone],
+                               rtol=REORDERED_F32)
+
+
 def test_eos_id_is_the_tokenizers():
   assert decode.EOS_ID == synthetic.EOS_ID == tokenizer.EOS_ID
 

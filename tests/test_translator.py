@@ -380,7 +380,7 @@ def test_small_calls_meet_only_the_interactive_shapes():
   for num_devices in (1, 2, 8):
     for max_rows in (1, 4, 16):
       small = dict(tokens_per_batch=config.decode_tokens_per_batch, num_devices=num_devices,
-                   bucket_growth=config.bucket_growth, max_rows=max_rows, max_length=40)
+                   bucket_growth=config.decode_bucket_growth, max_rows=max_rows, max_length=40)
       listed = translator.interactive_shapes(config, num_devices, max_rows=max_rows,
                                              max_length=40)
       assert len(listed) == len(set(listed))

@@ -23,7 +23,10 @@ MAY_DIFFER = frozenset({'config.model.dtype', 'config.model.kernels'})
 # Keys added since runs were first recorded: a config.json without one reads as this.
 ADDED_MODEL_KEYS = {'kernels': 'auto'}
 ADDED_KEYS = {'decode_method': 'beam', 'sample_temperature': 1.0, 'sample_top_k': 0,
-              'sample_seed': 0, 'ensemble': '', 'compile_ahead': True}
+              'sample_seed': 0, 'ensemble': '', 'compile_ahead': True,
+              'decode_bucket_growth': 2.0}
+# ...and how it was batched: a run recorded before packing existed had §5.1's buckets.
+ADDED_BATCHING = {'batching': 'buckets', 'pack_length': 256}
 # Keys that act on the invocation that has them (workdir.move_aside, an older checkpoint):
 # a config read back from the workdir has them at their defaults.
 PER_INVOCATION = {'restart': False, 'restore_step': 0}
@@ -34,8 +37,9 @@ def from_recorded(recorded: Mapping[str, Any], overrides: Sequence[str],
   """The config recorded in `where` (DIR/config.json), with PER_INVOCATION keys reset and
   `overrides` ('config.beam_size=8', as on the command line) applied, each checked against
   the recorded run (check_against_recorded)."""
+  added = {**ADDED_KEYS, **ADDED_BATCHING}
   config = ml_collections.ConfigDict({**recorded, **{key: value for key, value in
-                                                     ADDED_KEYS.items() if key not in recorded}})
+                                                     added.items() if key not in recorded}})
   config.update(PER_INVOCATION)
   if isinstance(config.get('model'), ml_collections.ConfigDict):
     for key, value in ADDED_MODEL_KEYS.items():

@@ -28,6 +28,8 @@ from t2t_jax.platform import errors
 # both, for each Table 3 row).
 MODES = ('train', 'params', 'average', 'translate', 'eval', 'attention', 'export', 'study')
 DATASETS = ('tfds', 'files', 'demo', 'synthetic')
+# §5.1's length buckets, or whole pairs packed into rows of one length (data/packing.py).
+BATCHINGS = ('buckets', 'packed')
 EVAL_SPLITS = ('dev', 'test')
 DECODE_PARAMS = ('auto', 'averaged', 'checkpoint')
 # beam search (§6.1), beam search with one beam, sampling (decoding/sampling.py)
@@ -114,6 +116,8 @@ RULES: dict[str, Rule] = {
     'eval_tokens_per_batch': POSITIVE_INT,
     'bucket_growth': number_at_least(1),
     'bucket_band': int_at_least(0, ' (0 = pad both sides to the longer)'),
+    'batching': one_of('auto', *BATCHINGS),  # 'auto': batching()
+    'pack_length': POSITIVE_INT,
     # Model, §3 and Table 3: its keys are MODEL_RULES'
     'model': MODEL,
     # Training, §5.2-§5.4
@@ -140,6 +144,7 @@ RULES: dict[str, Rule] = {
                      empty_ok=True),
     'decode_extra_length': int_at_least(0),
     'decode_tokens_per_batch': POSITIVE_INT,
+    'decode_bucket_growth': number_at_least(1),
     'max_decode_input_length': POSITIVE_INT,
     'eval_split': one_of(*EVAL_SPLITS),
     'eval_bleu_every_steps': int_at_least(0, ' (0 = off)'),
@@ -225,6 +230,19 @@ def kernel_forms(backend: str | None = None) -> str:
   ones, which XLA's GPU and TPU compilers take as they are, elsewhere."""
   backend = backend or jax.default_backend()
   return 'cpu' if backend == 'cpu' else 'xla'
+
+
+def batching_of(config: ml_collections.ConfigDict, backend: str | None = None) -> str:
+  """config.batching, with 'auto' resolved: packed rows on GPU and TPU, where each of the
+  buckets' tens of batch shapes is a compilation of 15-30 s (a TPU's compiler wants static
+  shapes above all); §5.1's buckets on a CPU, whose step gains nothing from packing
+  (docs/performance.md). The synthetic task has buckets alone."""
+  if config.batching != 'auto':
+    return config.batching
+  if config.dataset == 'synthetic':
+    return 'buckets'
+  backend = backend or jax.default_backend()
+  return 'buckets' if backend == 'cpu' else 'packed'
 
 
 def validate(config: ml_collections.ConfigDict, mode: str = 'train') -> None:
@@ -326,6 +344,9 @@ def _check_across_keys(config: ml_collections.ConfigDict) -> None:
   if config.sample_top_k > config.vocab_size:
     raise errors.UserError(f'config.sample_top_k: must be ≤ config.vocab_size '
                            f'({config.vocab_size}), got {config.sample_top_k}')
+  if config.batching == 'packed' and config.dataset == 'synthetic':
+    raise errors.UserError("config.batching: the synthetic task has no packed form; use "
+                           "'buckets' (or 'auto'), or train on text (config.dataset)")
   if config.average_last > config.keep_checkpoints:
     raise errors.UserError(f'config.average_last: must be ≤ config.keep_checkpoints '
                            f'({config.keep_checkpoints}), the checkpoints kept to average '

@@ -216,11 +216,11 @@ class TrainIterator:
   `get_state`/`set_state` save and restore the position exactly, also into an
   iterator of another topology.
   """
+  packed = False  # one pair a row (packing.PackedTrainIterator: several)
 
   def __init__(self, encoded: Encoded, kept: np.ndarray, config: Any, *,
                num_devices: int, process_index: int, process_count: int,
                data_key: str, grad_accum_steps: int = 1):
-    self._encoded, self._kept = encoded, kept
     self._grid = bucket_lengths(config.max_length, config.bucket_growth)
     self._cell_i, self._cell_j = _cells(encoded, kept, self._grid, config.bucket_band)
     self._rows = _rows(self._grid, config.tokens_per_batch)
@@ -231,15 +231,24 @@ class TrainIterator:
       raise errors.UserError(
           f'config.tokens_per_batch={config.tokens_per_batch} cannot hold one '
           f'{longest}-token row; raise it or lower config.max_length')
-    self._seed = config.seed
+    settings = [data_key, config.max_length, config.tokens_per_batch, config.seed,
+                config.bucket_growth, config.bucket_band, len(kept), _PLAN_VERSION]
+    self._start(encoded, kept, config.seed, settings, num_devices=num_devices,
+                process_index=process_index, process_count=process_count,
+                grad_accum_steps=grad_accum_steps)
+
+  def _start(self, encoded: Encoded, kept: np.ndarray, seed: int, settings: list[Any], *,
+             num_devices: int, process_index: int, process_count: int,
+             grad_accum_steps: int) -> None:
+    """What every plan's iterator keeps (packing.PackedTrainIterator's too): the pairs, the
+    seed, the topology, the position and the fingerprint of `settings`."""
+    self._encoded, self._kept, self._seed = encoded, kept, seed
     self._row_multiple = num_devices * grad_accum_steps  # global rows are padded to it
     self._process_index, self._process_count = process_index, process_count
     # No topology here: a state saved on 8 devices resumes on 1 (the same batches).
-    settings = [data_key, config.max_length, config.tokens_per_batch, config.seed,
-                config.bucket_growth, config.bucket_band, len(kept), _PLAN_VERSION]
     self._fingerprint = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
     self._epoch, self._batch = 0, 0
-    self._plan: _Plan | None = None
+    self._plan: Any = None
     self._plan_epoch = -1
 
   def __iter__(self) -> TrainIterator:
@@ -328,6 +337,7 @@ class EvalSet:
   process_index: int = 0
   process_count: int = 1
   max_length: int = 0  # > 0: pairs with a longer side are left out of the batches
+  packed = False  # one pair a row (packing.PackedEvalSet: several)
 
   def batches(self) -> Iterator[Batch]:
     """Process-local batches, shortest first, in few distinct shapes.
@@ -340,20 +350,25 @@ class EvalSet:
     max_length (if set) leaves a pair out (learned positions: make_eval_set).
     """
     for pairs, rows, length in self._groups():
-      local_rows = rows // self.process_count
-      mine = pairs[self.process_index * local_rows:(self.process_index + 1) * local_rows]
-      index = np.full(local_rows, -1, np.int32)
-      index[:len(mine)] = mine
-      yield {'inputs': _gather(self.encoded, 0, mine, local_rows, length),
-             'targets': _gather(self.encoded, 1, mine, local_rows, length),
-             'index': index}
+      yield self._bucket_batch(pairs, rows, length)
+
+  def _bucket_batch(self, pairs: np.ndarray, rows: int, length: int) -> Batch:
+    """This process's rows of a global batch of `rows` rows of `pairs`, both sides padded
+    to `length`."""
+    local_rows = rows // self.process_count
+    mine = pairs[self.process_index * local_rows:(self.process_index + 1) * local_rows]
+    index = np.full(local_rows, -1, np.int32)
+    index[:len(mine)] = mine
+    return {'inputs': _gather(self.encoded, 0, mine, local_rows, length),
+            'targets': _gather(self.encoded, 1, mine, local_rows, length), 'index': index}
 
   def batch_shapes(self) -> list[tuple[int, int, int]]:
     """The distinct global shapes (rows, L, L) of `batches()`, in their order."""
     return list(dict.fromkeys((rows, length, length) for _, rows, length in self._groups()))
 
-  def _groups(self) -> Iterator[tuple[np.ndarray, int, int]]:
-    """(pairs, rows, L) per batch: buckets in increasing L, sources by length within."""
+  def _groups(self, among: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, int, int]]:
+    """(pairs, rows, L) per batch: buckets in increasing L, sources by length within; of
+    the pairs `among` marks (a boolean mask; None: every pair)."""
     src, tgt = self.encoded.lengths
     if not len(src):
       return
@@ -362,6 +377,8 @@ class EvalSet:
     order = np.lexsort((src, joint))
     if self.max_length:
       order = order[np.maximum(src, tgt)[order] <= self.max_length]
+    if among is not None:
+      order = order[among[order]]
     for length in np.unique(joint):
       members = order[joint[order] == length]
       full = max(1, self.tokens_per_batch // int(length) // self.num_devices)  # per device

@@ -22,7 +22,8 @@ from typing import Any, Protocol
 import ml_collections
 import numpy as np
 
-from t2t_jax.data import batching, demo_corpus, id_cache, sources, synthetic
+from t2t_jax.config import rules
+from t2t_jax.data import batching, demo_corpus, id_cache, packing, sources, synthetic
 from t2t_jax.data import tokenizer as tokenizer_lib
 from t2t_jax.platform import errors
 
@@ -46,7 +47,9 @@ class Vocabulary(Protocol):
 
 class TrainBatches(Protocol):
   """Endless process-local batches {'inputs': [rows, S], 'targets': [rows, T]} (int32),
-  rows padded (all PAD) to a multiple of num_devices × grad_accum_steps."""
+  rows padded (all PAD) to a multiple of num_devices × grad_accum_steps; `packed`: with
+  each side's segments and positions too (packing.py)."""
+  packed: bool
 
   @property
   def fingerprint(self) -> str: ...  # identifies data and settings: hosts must agree
@@ -60,9 +63,11 @@ class TrainBatches(Protocol):
 
 class EvalSplit(Protocol):
   """A dev or test set: raw text for BLEU, and process-local batches for the loss, with
-  'index' [rows] (the pair's position in sources; -1 on padding rows)."""
+  'index' [rows] (the pair's position in sources; -1 on padding rows), or, `packed`, each
+  side's segments and positions (packing.py)."""
   sources: list[str]
   references: list[str]
+  packed: bool
 
   def batches(self) -> Iterator[Batch]: ...
   def batch_shapes(self) -> list[tuple[int, int, int]]: ...  # global (rows, S, T), in order
@@ -152,11 +157,21 @@ def _text_datasets(config: Any, workdir: str, topology: dict[str, int], once: On
       train.name, train.key, train.read, vocabulary, workdir, size=train.size))
   kept = batching.length_filter(encoded, config.max_length, 'train')
   grad_accum_steps = topology.pop('grad_accum_steps')
-  batches = batching.TrainIterator(encoded, kept, config, data_key=_data_key(encoded, vocabulary),
-                                   grad_accum_steps=grad_accum_steps, **topology)
-  evals = {name: batching.make_eval_set(name, text, vocabulary, config, **topology)
+  packed = rules.batching_of(config) == 'packed'
+  iterator = packing.PackedTrainIterator if packed else batching.TrainIterator
+  batches = iterator(encoded, kept, config, data_key=_data_key(encoded, vocabulary),
+                     grad_accum_steps=grad_accum_steps, **topology)
+  evals = {name: _eval_set(config, name, text, vocabulary, topology)
            for name, text in eval_text.items()}
   return Datasets(vocabulary, batches, evals.get('dev'), evals.get('test'))
+
+
+def _eval_set(config: Any, name: str, text: id_cache.Pairs, vocabulary: Vocabulary,
+              topology: dict[str, int]) -> batching.EvalSet:
+  """A dev or test set of text, its loss batches as config.batching has the training's."""
+  make = (packing.make_eval_set if rules.batching_of(config) == 'packed'
+          else batching.make_eval_set)
+  return make(name, text, vocabulary, config, **topology)
 
 
 def _data_key(encoded: id_cache.Encoded, vocabulary: Vocabulary) -> str:
@@ -186,8 +201,7 @@ def _text_eval_set(config: Any, workdir: str, split: str, vocabulary: Vocabulary
   if source is None:
     key = f'{split}_split' if config.dataset == 'tfds' else f'{split}_files'
     raise errors.UserError(f'config.{key}: empty, so there is no {split} set to evaluate')
-  return batching.make_eval_set(split, sources.read_eval_text(source), vocabulary, config,
-                                **topology)
+  return _eval_set(config, split, sources.read_eval_text(source), vocabulary, topology)
 
 
 # ---------------------------------------------------- demo: generated files

@@ -105,6 +105,7 @@ def _process_block(batch: dict[str, np.ndarray], multiple: int, process_index: i
 
 class SyntheticIterator:
   """Endless process-local training batches; its state is the next batch number."""
+  packed = False  # one pair a row: the task has no packed form
 
   def __init__(self, config: ml_collections.ConfigDict, *, num_devices: int,
                process_index: int, process_count: int, grad_accum_steps: int = 1):
@@ -145,6 +146,7 @@ class SyntheticEvalSet:
   num_devices: int
   process_index: int
   process_count: int
+  packed = False
 
   @property
   def sources(self) -> list[str]:

@@ -93,7 +93,8 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   with ahead.cancelled_on_exit(pool):
     eval_fn = ahead.steps(
         compile_eval_step(translator.model_config, config.label_smoothing, translator.mesh),
-        translator.params, evalset.batch_shapes(), translator.mesh, pool=pool, name='eval step')
+        translator.params, evalset.batch_shapes(), translator.mesh, pool=pool, name='eval step',
+        packed=evalset.packed)
     hypotheses = translator(evalset.sources)
     scores = bleu.bleu_scores(hypotheses, evalset.references, target_lang=config.target_lang)
     scores.update(eval_metrics(eval_fn, translator.params, evalset.batches(), translator.mesh))

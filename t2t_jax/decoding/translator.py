@@ -90,8 +90,9 @@ def decoding_batches(lengths: Sequence[int], *, tokens_per_batch: int, num_devic
   at most max_rows if given, a multiple of num_devices); its last batch is filled up with
   empty rows. With max_rows (a stream's, or a few sentences': small batches), a bucket
   whose sentences fit one row a device gets one row a device, so that one sentence pays for
-  one row; with max_length, the buckets are those up to max_length whatever the longest
-  input, the fixed set `interactive_shapes` lists.
+  one row. The buckets are those up to max_length whatever the longest input: a fixed set
+  of shapes (`interactive_shapes` lists those of small batches), each a compilation of the
+  search, few with config.decode_bucket_growth's doubling lengths.
   """
   lengths = np.asarray(lengths)
   grid = batching.bucket_lengths(max(int(lengths.max(initial=1)), max_length, 1),
@@ -115,7 +116,8 @@ def batch_shapes(token_ids: Sequence[Sequence[int]], config: ml_collections.Conf
   the shapes its beam search is compiled for."""
   batches = decoding_batches([len(t) for t in token_ids],
                              tokens_per_batch=config.decode_tokens_per_batch,
-                             num_devices=num_devices, bucket_growth=config.bucket_growth)
+                             num_devices=num_devices, bucket_growth=config.decode_bucket_growth,
+                             max_length=config.max_decode_input_length)
   return [(rows, length) for _, rows, length in batches]
 
 
@@ -124,14 +126,14 @@ def interactive_shapes(config: ml_collections.ConfigDict, num_devices: int, *, m
   """Every global (rows, S) decoding_batches gives with max_rows and max_length, whatever
   the sentences: one row a device, then the most rows, for each bucket up to max_length;
   the likeliest first (one sentence, short ones first)."""
-  grid = batching.bucket_lengths(max(max_length, 1), config.bucket_growth)
+  grid = batching.bucket_lengths(max(max_length, 1), config.decode_bucket_growth)
   shapes = []
   for count in (1, max_rows + num_devices):  # a bucket's sentences: one, then more than fit
     for length in grid:
       [(_, rows, _), *_] = decoding_batches(
           [int(length)] * count, tokens_per_batch=config.decode_tokens_per_batch,
-          num_devices=num_devices, bucket_growth=config.bucket_growth, max_rows=max_rows,
-          max_length=max_length)
+          num_devices=num_devices, bucket_growth=config.decode_bucket_growth,
+          max_rows=max_rows, max_length=max_length)
       shapes.append((rows, int(length)))
   return list(dict.fromkeys(shapes))
 
@@ -184,17 +186,17 @@ def translate_ids(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[in
   input, ids [T] and a score [] (n-best decoders: [n, T] and [n]).
 
   alpha defaults to config.beam_alpha; a sampling decoder takes `sampling` instead, its
-  index [len(token_ids)] each input's number. max_rows and max_length: small batches of
-  fixed shapes (decoding_batches). Process 0 logs the sentences done, the rate and the ETA
-  (progress.py).
+  index [len(token_ids)] each input's number. max_rows: small batches; max_length: the
+  longest bucket (default config.max_decode_input_length; decoding_batches). Process 0
+  logs the sentences done, the rate and the ETA (progress.py).
   """
   alpha = np.float32(config.beam_alpha if alpha is None else alpha)
   outputs: list[np.ndarray] = [np.zeros(0, np.int32)] * len(token_ids)
   scores: list[np.ndarray] = [np.zeros((), np.float32)] * len(token_ids)
   batches = list(decoding_batches(
       [len(t) for t in token_ids], tokens_per_batch=config.decode_tokens_per_batch,
-      num_devices=mesh.size, bucket_growth=config.bucket_growth, max_rows=max_rows,
-      max_length=max_length))
+      num_devices=mesh.size, bucket_growth=config.decode_bucket_growth, max_rows=max_rows,
+      max_length=max_length or config.max_decode_input_length))
   # A batch's cost: its rows (empty ones too) times the most steps its beam search may take.
   # The ETA follows that, not the sentences: short ones go first, and a sentence count would
   # promise too early an end.

@@ -129,9 +129,19 @@ def padding_mask(ids: Array) -> Array:
   return (ids != PAD_ID)[:, None, None, :]
 
 
-def shift_right(targets: Array) -> Array:
-  """Decoder inputs: the targets one position later, PAD_ID as start symbol, §3.1."""
-  return jnp.pad(targets, ((0, 0), (1, 0)), constant_values=PAD_ID)[:, :-1]
+def segment_mask(query_segments: Array, key_segments: Array) -> Array:
+  """[b, 1, q, k] True where the key is a real token of the query's own pair: packed rows
+  (data/packing.py) hold several pairs, numbered 1, 2, ... in each row, padding 0."""
+  same = query_segments[:, :, None] == key_segments[:, None, :]
+  return (same & (key_segments != 0)[:, None, :])[:, None]
+
+
+def shift_right(targets: Array, positions: Array | None = None) -> Array:
+  """Decoder inputs: the targets one position later, PAD_ID as start symbol, §3.1. In a
+  packed row (`positions` within each pair) every pair starts with PAD_ID, not with the
+  previous pair's last token."""
+  shifted = jnp.pad(targets, ((0, 0), (1, 0)), constant_values=PAD_ID)[:, :-1]
+  return shifted if positions is None else jnp.where(positions == 0, PAD_ID, shifted)
 
 
 def scaled_dot_product_attention(query: Array, key: Array, value: Array, mask: Array | None,
@@ -390,11 +400,15 @@ class Encoder(nn.Module):
   shared_embedding: SharedEmbedding
 
   @nn.compact
-  def __call__(self, src: Array) -> Array:
-    """src [b, s] ids -> [b, s, m]."""
-    positions = jnp.arange(src.shape[1])[None, :]
+  def __call__(self, src: Array, segments: Array | None = None,
+               positions: Array | None = None) -> Array:
+    """src [b, s] ids -> [b, s, m]. Packed rows: `segments` and `positions` [b, s], each
+    pair attending to itself alone, its positions its own (segment_mask)."""
+    if positions is None:
+      positions = jnp.arange(src.shape[1])[None, :]
     x = InputEmbedding(self.config, self.shared_embedding, name='input_embedding')(src, positions)
-    src_mask = padding_mask(src)  # [b, 1, 1, s]
+    # [b, 1, 1, s], or [b, 1, s, s] for packed rows
+    src_mask = padding_mask(src) if segments is None else segment_mask(segments, segments)
     for i in range(self.config.num_layers):
       x = EncoderLayer(self.config, name=f'layer_{i}')(x, src_mask)
     return x
@@ -407,17 +421,23 @@ class Decoder(nn.Module):
 
   @nn.compact
   def __call__(self, decoder_inputs: Array, encoded: Array, src_mask: Array, *,
-               beam_mask: Array | None = None, cache_length: int | None = None) -> Array:
+               beam_mask: Array | None = None, cache_length: int | None = None,
+               segments: Array | None = None, positions: Array | None = None) -> Array:
     """decoder_inputs [b, t] ids -> logits [b, t, v].
 
     Training: t target positions. Target padding needs no mask of its own: it only ever
     follows the real tokens, and the causal mask already hides later positions from them.
+    Packed rows: `segments` and `positions` [b, t] of the targets; each pair attends to its
+    own earlier positions alone (src_mask then masks the source to the pair too).
     Decoding (`config.decode`): t = k hypotheses of each sentence, all at the cache's
     position; `beam_mask` and `cache_length` as in `Transformer.decode`.
     """
     c = self.config
-    positions = jnp.arange(decoder_inputs.shape[1])[None, :]  # [1, t]
     self_mask = causal_mask(decoder_inputs.shape[1])  # [1, 1, t, t]
+    if segments is not None:
+      self_mask = self_mask & segment_mask(segments, segments)  # [b, 1, t, t]
+    if positions is None:
+      positions = jnp.arange(decoder_inputs.shape[1])[None, :]  # [1, t]
     if c.decode:
       creating = not self.has_variable('cache', 'position')
       position = self.variable('cache', 'position', lambda: jnp.array(0, jnp.int32))
@@ -440,12 +460,15 @@ class Transformer(nn.Module):
     self.encoder = Encoder(self.config, self.shared_embedding)
     self.decoder = Decoder(self.config, self.shared_embedding)
 
-  def encode(self, src: Array) -> Array:
-    """src [b, s] -> encoded [b, s, m]."""
-    return self.encoder(src)
+  def encode(self, src: Array, src_segments: Array | None = None,
+             src_positions: Array | None = None) -> Array:
+    """src [b, s] -> encoded [b, s, m]; packed rows with their segments and positions."""
+    return self.encoder(src, src_segments, src_positions)
 
   def decode(self, encoded: Array, src: Array, decoder_inputs: Array, *,
-             beam_mask: Array | None = None, cache_length: int | None = None) -> Array:
+             beam_mask: Array | None = None, cache_length: int | None = None,
+             src_segments: Array | None = None, tgt_segments: Array | None = None,
+             tgt_positions: Array | None = None) -> Array:
     """Logits [b, t, v] of the next token at each decoder input position.
 
     Training: decoder_inputs = shift_right(targets), [b, t].
@@ -457,13 +480,22 @@ class Transformer(nn.Module):
     [b, k, k, T]: which hypotheses' cached positions each hypothesis descends from (None:
     its own), so that beams can be re-ranked without moving the cache.
     """
-    return self.decoder(decoder_inputs, encoded, padding_mask(src), beam_mask=beam_mask,
-                        cache_length=cache_length)
+    src_mask = (padding_mask(src) if src_segments is None  # [b, 1, 1, s] or [b, 1, t, s]
+                else segment_mask(tgt_segments, src_segments))
+    return self.decoder(decoder_inputs, encoded, src_mask, beam_mask=beam_mask,
+                        cache_length=cache_length, segments=tgt_segments,
+                        positions=tgt_positions)
 
-  def __call__(self, src: Array, targets: Array) -> Array:
-    """Teacher-forced logits [b, t, v] for targets [b, t] given src [b, s]."""
-    encoded = self.encode(src)
-    return self.decode(encoded, src, shift_right(targets))
+  def __call__(self, src: Array, targets: Array, *, src_segments: Array | None = None,
+               src_positions: Array | None = None, tgt_segments: Array | None = None,
+               tgt_positions: Array | None = None) -> Array:
+    """Teacher-forced logits [b, t, v] for targets [b, t] given src [b, s]. Packed rows
+    (data/packing.py): each side's segments and positions [b, s] and [b, t]; every pair's
+    logits are then what they are alone."""
+    encoded = self.encode(src, src_segments, src_positions)
+    return self.decode(encoded, src, shift_right(targets, tgt_positions),
+                       src_segments=src_segments, tgt_segments=tgt_segments,
+                       tgt_positions=tgt_positions)
 
 
 def count_params(params: Any) -> int:

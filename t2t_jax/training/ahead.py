@@ -35,6 +35,9 @@ from jax.sharding import PartitionSpec as P
 from t2t_jax.platform.mesh import AXIS
 
 BATCH_KEYS = ('inputs', 'targets')
+# A packed batch's arrays beside those, each of its side's length (data/packing.py).
+PACKED_KEYS = (('inputs_segmentation', 'inputs_position'),
+               ('targets_segmentation', 'targets_position'))
 Shape = tuple[int, int, int]  # global (rows, source length, target length)
 
 
@@ -108,15 +111,20 @@ class Precompiled:
 
 
 def steps(step: Callable, fixed: Any, shapes: Sequence[Shape], mesh: Mesh, *,
-          pool: concurrent.futures.ThreadPoolExecutor | None, name: str) -> Precompiled:
+          pool: concurrent.futures.ThreadPoolExecutor | None, name: str,
+          packed: bool = False) -> Precompiled:
   """A train or eval step, `step(fixed, batch)`, compiled ahead for batches of `shapes`:
-  global (rows, S, T). `fixed` (the train state, or the parameters) keeps its shapes."""
+  global (rows, S, T), packed ones (with segments and positions) if `packed`. `fixed` (the
+  train state, or the parameters) keeps its shapes."""
   fixed = _abstract(fixed)
   sharding = NamedSharding(mesh, P(AXIS))
 
   def abstract(key: tuple) -> tuple:
-    return fixed, {k: jax.ShapeDtypeStruct(shape, np.int32, sharding=sharding)
-                   for k, shape in zip(BATCH_KEYS, key, strict=True)}
+    arrays = {}
+    for side, (batch_key, shape) in enumerate(zip(BATCH_KEYS, key, strict=True)):
+      for k in (batch_key, *(PACKED_KEYS[side] if packed else ())):
+        arrays[k] = jax.ShapeDtypeStruct(shape, np.int32, sharding=sharding)
+    return fixed, arrays
   return Precompiled(step, [((rows, s), (rows, t)) for rows, s, t in shapes], abstract,
                      lambda args: tuple(tuple(args[1][k].shape) for k in BATCH_KEYS),
                      pool=pool, name=name)

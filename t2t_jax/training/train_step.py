@@ -28,6 +28,11 @@ from t2t_jax.training import losses
 
 Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]
+# A packed batch's segments and positions (data/packing.py), and the model's names for them.
+PACKED_ARGUMENTS = {'inputs_segmentation': 'src_segments', 'inputs_position': 'src_positions',
+                    'targets_segmentation': 'tgt_segments', 'targets_position': 'tgt_positions'}
+# The arrays of a batch the steps read (an eval batch's 'index' is the host's).
+MODEL_KEYS = ('inputs', 'targets', *PACKED_ARGUMENTS)
 
 @flax.struct.dataclass
 class TrainState:
@@ -52,7 +57,9 @@ def create_train_state(model: Transformer, tx: optax.GradientTransformation, see
 
 def _loss_sums(params: Any, batch: Batch, model: Transformer, label_smoothing: float,
                rngs: dict[str, jax.Array] | None) -> tuple[jax.Array, losses.LossSums]:
-  logits = model.apply({'params': params}, batch['inputs'], batch['targets'], rngs=rngs)
+  packed = {name: batch[key] for key, name in PACKED_ARGUMENTS.items() if key in batch}
+  logits = model.apply({'params': params}, batch['inputs'], batch['targets'], rngs=rngs,
+                       **packed)
   sums = losses.cross_entropy_sums(logits, batch['targets'], label_smoothing=label_smoothing)
   return sums.loss, sums
 
@@ -173,7 +180,7 @@ def eval_metrics(eval_fn: Callable, params: Any, batches: Iterable[dict[str, np.
   """Loss, perplexity and accuracy over a whole eval set."""
   totals: dict[str, float] = {}
   for batch in batches:
-    batch = {k: v for k, v in batch.items() if k in ('inputs', 'targets')}
+    batch = {k: v for k, v in batch.items() if k in MODEL_KEYS}
     for k, v in jax.device_get(eval_fn(params, shard_batch(batch, mesh))).items():
       totals[k] = totals.get(k, 0.0) + float(v)
   return summarize(totals)
