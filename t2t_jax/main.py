@@ -109,6 +109,9 @@ def _dispatch() -> None:
                            start_timeout_s=FLAGS.distributed_start_timeout)
   if FLAGS.rows is not None and FLAGS.mode != 'study':
     raise errors.UserError(f'--rows: only --mode=study has rows, not --mode={FLAGS.mode}')
+  if FLAGS.rows is not None and not FLAGS.rows:
+    raise errors.UserError('--rows=: no row named; name some (--rows=A_h1,B_dk16), or leave '
+                           '--rows out for every row')
   config = _config()
   rules.validate(config, FLAGS.mode)  # every mode: a bad value fails before work
   if FLAGS.mode == 'params':

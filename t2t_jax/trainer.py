@@ -25,7 +25,7 @@ from t2t_jax.config import rules
 from t2t_jax.data import pipeline
 from t2t_jax.decoding import bleu, translator
 from t2t_jax.model.transformer import ModelConfig, Transformer
-from t2t_jax.platform import distributed, errors
+from t2t_jax.platform import distributed, errors, files
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.platform.mesh import make_mesh, shard_batch
 from t2t_jax.platform.metrics import MetricWriter, Throughput
@@ -218,7 +218,8 @@ def _compile_ahead(config: ml_collections.ConfigDict, model_config: ModelConfig,
     return train_fn, eval_fn, None, pool
   _, inputs = translator.encode_inputs(datasets.dev.sources, datasets.tokenizer,
                                        translator.max_input_length(model_config, config))
-  search = ahead.searches(translator.make_sharded_decoder(model_config, config, mesh),
+  search = ahead.searches(translator.make_sharded_decoder(model_config, config, mesh,
+                                                         vocabulary=datasets.tokenizer),
                           state.params, translator.batch_shapes(inputs, config, mesh.size),
                           mesh, pool=pool, name='dev BLEU beam search')
   return train_fn, eval_fn, search, pool
@@ -267,7 +268,7 @@ def _check_vocabulary_kept(config: ml_collections.ConfigDict, workdir: str) -> N
   vocab/spm.model is an error, never a new vocabulary trained silently under them."""
   path = os.path.join(workdir, 'vocab', 'spm.model')
   if (config.dataset != 'synthetic' and checkpoints.checkpoint_steps(workdir)
-      and not os.path.exists(path)):
+      and not files.exists(path, 'the vocabulary')):
     raise errors.UserError(
         f'{path}: missing, but {workdir} holds checkpoints trained with it; restore the '
         'vocab/ folder, or set --config.restart=True to train anew (the checkpoints are '

@@ -208,6 +208,29 @@ def test_transient_read_error_is_retried_not_taken_for_corruption(
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', '8']
 
 
+@pytest.mark.parametrize('refusal', [
+    PermissionError(13, 'Permission denied', 'checkpoints/4/params'),
+    ValueError('PERMISSION_DENIED: Error opening "checkpoints/4/params/manifest.ocdbt"'),
+])
+def test_a_checkpoint_we_may_not_read_is_an_error_not_corruption(tmp_path, monkeypatch,
+                                                                 no_retry_wait, refusal):
+  """A folder of mode 000 was taken for a corrupt checkpoint: moved to corrupt-4, and
+  training went on from the one before. (Root reads anything: the refusal is raised here
+  as the system, or TensorStore through orbax, would raise it.)"""
+  trainer.train_and_evaluate(tiny_config(num_train_steps=4), str(tmp_path))
+  reads = []
+
+  def refused(self, step, state):
+    reads.append(step)
+    raise refusal
+  monkeypatch.setattr(checkpoints.Checkpointer, '_restore', refused)
+  with pytest.raises(checkpoints.errors.UserError,
+                     match=rf'{tmp_path}/checkpoints/4: cannot be read \(permission denied'):
+    trainer.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
+  assert reads == [4]  # not retried: no second try gets a permission
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4']  # nothing set aside
+
+
 @pytest.mark.slow
 def test_no_readable_checkpoint_is_an_error_until_restart(tmp_path, no_retry_wait):
   """Every checkpoint unreadable: not a silent start from step 0, which orbax would then

@@ -194,6 +194,7 @@ BAD_VALUES = [
     ('seed', -1), ('seed', 2**63), ('seed', None),
     ('log_every_steps', 0), ('eval_every_steps', -100), ('beam_size', 0), ('beam_alpha', -0.6),
     ('decode_method', 'top_p'), ('sample_temperature', 0.0), ('sample_temperature', -1.0),
+    ('sample_temperature', float('inf')), ('beam_alpha', float('nan')),
     ('sample_top_k', -1), ('sample_seed', -1), ('sample_seed', 2**32), ('ensemble', None),
     ('decode_extra_length', -1), ('decode_tokens_per_batch', 0), ('decode_bucket_growth', 0.5),
     ('max_decode_input_length', 0),
@@ -380,6 +381,20 @@ def test_wmt_sample_asks_for_its_files_in_one_line():
   message = str(raised.value)
   assert message.startswith('config.train_files: empty;') and '\n' not in message
   assert '--config.train_files=PREFIX' in message
+
+
+@pytest.mark.parametrize('key,dataset', [(key, dataset) for key, reader in rules.READ_BY.items()
+                                         for dataset in rules.DATASETS if dataset != reader])
+def test_a_key_its_dataset_does_not_read_is_refused(key, dataset):
+  """train_files with dataset='demo' once trained on the demo corpus without a word."""
+  config = demo.get_config()
+  config.dataset, config[key] = dataset, 'some/prefix'
+  with pytest.raises(errors.UserError, match=(
+      rf"^config\.{key}='some/prefix': read only with config\.dataset='{rules.READ_BY[key]}', "
+      rf"not '{dataset}', which would ignore it; add --config\.dataset={rules.READ_BY[key]}")):
+    rules.validate(config, 'params')
+  config.dataset = rules.READ_BY[key]
+  rules.validate(config, 'params')  # read there
 
 
 @pytest.mark.parametrize('name', sorted(EXPERIMENTS))

@@ -306,6 +306,25 @@ def test_eval_sets_keep_every_pair_in_few_shapes(files_run, num_devices, process
     assert len(shapes) <= len(lengths) * (1 + (256 // num_devices).bit_length())
 
 
+def test_a_vocabulary_we_may_not_read_is_named_not_missing(files_run, monkeypatch):
+  """A vocabulary behind a missing permission was called missing (and, for training, would
+  have been trained anew). Root reads anything: os.stat refuses as the system would."""
+  config, _, workdir = files_run
+  model = os.path.join(workdir, 'vocab', 'spm.model')
+  stat = os.stat
+
+  def refusing_stat(path, *args, **kwargs):
+    if os.fspath(path) == model:
+      raise PermissionError(13, 'Permission denied', path)
+    return stat(path, *args, **kwargs)
+  monkeypatch.setattr(os, 'stat', refusing_stat)
+  for load in (lambda: pipeline.load_tokenizer(config, workdir),
+               lambda: pipeline.get_datasets(config, workdir, num_devices=1)):
+    with pytest.raises(errors.UserError, match=rf'{model}: the vocabulary that cannot be read '
+                                               r'\(permission denied'):
+      load()
+
+
 def test_restart_reuses_vocabulary_and_ids(files_run, monkeypatch):
   config, ds, workdir = files_run
 

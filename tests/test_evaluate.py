@@ -264,6 +264,8 @@ def test_the_recorded_run_drives_eval_without_config(cli, workdir):
     (['--config.beam_size=two'], '--config.beam_size=two: expected type int (the recorded value '
                                  'is 4)'),
     (['--config.beam_sise=2'], '--config.beam_sise: no such key in'),
+    (['--config.beam_sise=2'], 'config.json; did you mean --config.beam_size?'),
+    (['--config.model.d_modle=2'], 'did you mean --config.model.d_model?'),
 ])
 def test_an_override_contradicting_the_recorded_model_is_refused(cli, workdir, args, named):
   result = cli(f'--workdir={workdir}', '--mode=translate', '--input=-', *args)

@@ -254,6 +254,15 @@ def not_utf8_input(run, tmp_path):
   (tmp_path / 'in.txt').write_bytes(b'5 6 7\n8 \xff 9\n')
 
 
+def config_without_get_config(run, tmp_path):
+  (tmp_path / 'no_get_config.py').write_text('import ml_collections\nCONFIG = None\n')
+
+
+def provenance_a_folder(run, tmp_path):
+  os.remove(os.path.join(run, workdir_lib.PROVENANCE))
+  os.makedirs(os.path.join(run, workdir_lib.PROVENANCE))
+
+
 # Every mistake the README documents (and each of the issue's), as a user makes it on the
 # command line. name: (what to do first, arguments, what the line names); `{run}`, `{tmp}`,
 # `{recorded}` (--config=FILE of the run's recorded config) and `{files}` (that of
@@ -307,11 +316,32 @@ MISTAKES = {
                                               '--rows=A_h1', '--config.model.num_heads=2',
                                               '--workdir={tmp}/study'], 'row A_h1 sets it'),
     '--rows outside study': (None, ['--mode=eval', '--rows=A_h1'], '--rows'),
+    '--rows empty': (None, ['--config=experiments/table3.py', '--mode=study', '--rows=',
+                            '--workdir={tmp}/study'], '--rows=: no row named'),
+    # the command line's own flags and files
+    'config file without get_config': (config_without_get_config,
+                                       ['--config={tmp}/no_get_config.py', '--mode=params'],
+                                       'no_get_config.py'),
+    'provenance.jsonl a folder': (provenance_a_folder,
+                                  ['{recorded}', '--config.num_train_steps=9'],
+                                  'provenance.jsonl: a folder'),
+    '--distributed without a cluster': (None, ['--distributed', '--mode=params'],
+                                        '--distributed: no cluster to join'),
+    '--layers not numbers': (None, ['--mode=attention', '--input=5 6', '--layers=x'],
+                             '--layers=x: layer numbers'),
 }
 
 
-# A process whose fd 0 is closed (sys.stdin is None) is a process of its own.
-IN_A_PROCESS = {'stdin closed'}
+# Mistakes that only a process of its own meets, and what starts the command: a process
+# whose fd 0 is closed (sys.stdin is None; the shell closes it, where a preexec_fn would fork
+# this JAX process), one that has not started JAX before --distributed, and one new to
+# ml_collections.
+IN_A_PROCESS = {'stdin closed': ['bash', '-c', 'exec "$@" <&-', 'bash'],
+                '--distributed without a cluster': [],
+                # ml_collections loads --config by importlib's load_module, into one module
+                # of a process that keeps what an earlier config file defined: a file
+                # without get_config is one only to a process that loaded no other.
+                'config file without get_config': []}
 
 
 @pytest.mark.parametrize('name', [pytest.param(name, marks=pytest.mark.e2e)
@@ -333,10 +363,9 @@ def test_every_mistake_is_one_line(cli, run, tmp_path, monkeypatch, name):
   if not any(a.startswith('--workdir=') for a in args):
     args.insert(0, f'--workdir={workdir}')
   try:
-    if name in IN_A_PROCESS:  # by the shell: a preexec_fn would fork this JAX process
-      result = subprocess.run(['bash', '-c', 'exec "$@" <&-', 'bash', *COMMAND, *args],
-                              cwd=ROOT, env=cpu_env(2), capture_output=True, text=True,
-                              timeout=300)
+    if name in IN_A_PROCESS:
+      result = subprocess.run([*IN_A_PROCESS[name], *COMMAND, *args], cwd=ROOT,
+                              env=cpu_env(2), capture_output=True, text=True, timeout=300)
     else:
       result = cli(*args)
   finally:

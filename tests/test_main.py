@@ -94,6 +94,17 @@ def test_params_of_a_trained_run_read_its_recorded_config(cli, tiny_workdir):
   assert done.stdout.strip() == f'params: {init_param_count(config)}'
 
 
+def test_eval_of_files_a_run_does_not_read_is_refused(cli, tiny_workdir):
+  """`--mode=eval --config.test_files=...` on a run of another dataset scored that dataset's
+  own test set."""
+  result = cli(f'--workdir={tiny_workdir}', '--mode=eval', '--config.test_files=/my/test')
+  assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stderr
+  line = result.stderr.strip().splitlines()[-1]  # after the line naming the recorded config
+  assert line == ("t2t_jax: error: config.test_files='/my/test': read only with "
+                  "config.dataset='files', not 'synthetic', which would ignore it; add "
+                  "--config.dataset=files, or leave test_files unset")
+
+
 @pytest.mark.parametrize('override,named', [
     ('--config.average_last=30', 'config.average_last: must be ≤ config.keep_checkpoints (20)'),
     ('--config.eval_split=valid', "config.eval_split: must be one of ('dev', 'test')"),

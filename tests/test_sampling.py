@@ -1,6 +1,7 @@
 """Sampling (decoding/sampling.py) against greedy search, itself, and the exact distribution of
 every output on a tiny vocabulary."""
 import itertools
+import unicodedata
 
 import jax
 import numpy as np
@@ -11,11 +12,13 @@ from helpers import (
   SMALL,
   full_logits_fn,
   log_softmax64,
+  make_config,
   model_params,
   output_limit,
   padded,
   trim,
 )
+from t2t_jax.data import pipeline
 from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
 from t2t_jax.decoding import decode, sampling
 
@@ -159,3 +162,32 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match='top_k must be in'):
       sampling.draw(model_params(SMALL, 0), src, np.zeros(1, np.int32),
                     jax.random.PRNGKey(0), config=SMALL, **kwargs)
+
+
+@pytest.mark.slow
+def test_samples_never_hold_a_piece_that_is_no_text(tmp_path):
+  """10,000 draws at temperature 2 over a real vocabulary (byte fallback on) decode to text
+  without U+FFFD, control characters or the unknown piece: byte, control and unknown pieces
+  are banned (the vocabulary's banned_ids). The same draws without the ban do hold them."""
+  config = make_config(tmp_path, n_train=300)
+  vocabulary = pipeline.get_datasets(config, str(tmp_path / 'run'), num_devices=1).tokenizer
+  banned = vocabulary.banned_ids(sampling=True)
+  assert len(banned) > 256 and EOS not in banned  # every byte piece, PAD, unknown
+  assert set(vocabulary.banned_ids(sampling=False)) < set(banned)
+  model = SMALL.replace(vocab_size=vocabulary.vocab_size)
+  params = model_params(model, 3, embedding_scale=0.3)  # flat distributions: many pieces
+  src = np.array([vocabulary.encode(s) + [PAD_ID] * (6 - len(vocabulary.encode(s)))
+                  for s in ('ab.', 'the cat', 'x')], np.int32)
+
+  def texts(banned_ids):
+    ids, _ = _sample(params, src, [0, 1, 2], 7, config=model, temperature=2.0,
+                     n_samples=3334, extra_length=8, banned_ids=banned_ids)
+    return [vocabulary.decode(row) for rows in ids for row in rows]
+  drawn = texts(banned)
+  assert len(drawn) >= 10_000
+
+  def no_text(text):
+    return '\ufffd' in text or '⁇' in text or any(
+        unicodedata.category(c) == 'Cc' for c in text)
+  assert not [t for t in drawn if no_text(t)]
+  assert [t for t in texts(()) if no_text(t)]  # what the ban keeps out

@@ -210,7 +210,7 @@ def test_n_best_on_the_command_line(cli, tiny_workdir, loaded, tmp_path):
   too_many = cli(*args, '--n_best=5')
   assert too_many.returncode != 0
   assert too_many.stderr.strip().splitlines()[-1] == (
-      't2t_jax: error: --n_best=5: must be between 1 and config.beam_size (4)')
+      't2t_jax: error: --n_best=5: must be between 1 and the beam size (4; config.beam_size)')
 
 
 
@@ -275,19 +275,53 @@ def test_samples_are_keyed_by_line_not_by_batch(loaded):
 
 @pytest.mark.parametrize('kwargs,message', [
     (dict(method='beam', n_best=5), r'n_best=5: must be between 1 and the beam size \(4'),
-    (dict(method='greedy', n_best=2), r'n_best=2: must be between 1 and the beam size \(1; '
-                                      'greedy decoding'),
+    (dict(method='greedy', n_best=2), r'n_best=2: must be 1: greedy decoding keeps one '
+                                      'hypothesis'),
     (dict(method='greedy', beam_size=4), 'beam_size=4: greedy decoding is beam search with '
                                          'one beam'),
     (dict(method='top_p'), r"method='top_p': must be one of \('beam', 'greedy', 'sample'\)"),
-    (dict(method='sample', temperature=0.0), r'temperature=0.0: must be a number > 0 \(as '
+    (dict(method='sample', temperature=0.0), r'temperature=0.0: must be a finite number > 0 \(as '
                                              r'config\.sample_temperature\)'),
     (dict(method='sample', top_k=41), r'top_k=41: must be ≤ config\.vocab_size \(40\)'),
     (dict(method='sample', seed=-1), r'seed=-1: must be an integer in \[0, 2\*\*32\)'),
+    (dict(method='sample', temperature=float('inf')), r'temperature=inf: must be a finite'),
+    (dict(method='sample', n_best=translator.MAX_SAMPLES + 1),
+     rf'n_best={translator.MAX_SAMPLES + 1}: must be between 1 and {translator.MAX_SAMPLES} '
+     'samples a sentence'),
+    (dict(beam_size=-2), r'beam_size=-2: must be a positive integer'),
+    (dict(alpha=-1), r'alpha=-1: must be a finite number ≥ 0 \(as config\.beam_alpha\)'),
+    (dict(temperature=0.7), r"temperature=0.7: only sampling \(method='sample'\) has it; "
+                            r"method='beam' would ignore it"),
+    (dict(method='greedy', top_k=5), r"top_k=5: only sampling .*method='greedy' would ignore"),
+    (dict(max_rows=-1), r'max_rows=-1: must be an integer ≥ 0'),
+    (dict(sentences=None), r'sentences: a str or a list of str, got NoneType'),
+    (dict(sentences=5), r'sentences: a str or a list of str, got int'),
+    (dict(sentences=b'5 6'), r'sentences: a str or a list of str, got bytes'),
+    (dict(sentences=['5 6', None]), r'sentences\[1\]: a str, got NoneType'),
 ])
 def test_decoding_arguments_are_checked(loaded, kwargs, message):
+  """A wrong argument of the Python API is an errors.UserError naming it (a TypeError, a
+  silently ignored setting or an unbounded allocation once), raised before any decoding."""
+  kwargs = dict(kwargs)
   with pytest.raises(errors.UserError, match=message):
-    loaded.translate(LINES, **kwargs)
+    loaded.translate(kwargs.pop('sentences', LINES), **kwargs)
+
+
+def test_compile_ahead_checks_its_arguments_before_compiling(loaded, monkeypatch):
+  """compile_ahead(method='bogus') compiled for minutes before failing."""
+  monkeypatch.setattr(translator, 'interactive_shapes', None)  # nothing may be compiled
+  with pytest.raises(errors.UserError, match=r"method='bogus': must be one of"):
+    loaded.compile_ahead(method='bogus')
+  with pytest.raises(errors.UserError, match=r'max_rows=0: must be a positive integer'):
+    loaded.compile_ahead(max_rows=0)
+
+
+def test_from_workdir_takes_nested_overrides(tiny_workdir):
+  nested = Translator.from_workdir(tiny_workdir, {'model': {'dtype': 'bfloat16'},
+                                                  'beam_size': 2})
+  assert (nested.model_config.dtype, nested.config.beam_size) == ('bfloat16', 2)
+  with pytest.raises(errors.UserError, match=r'overrides: a dict of config keys, got list'):
+    Translator.from_workdir(tiny_workdir, [('beam_size', 2)])
 
 
 def test_a_stream_samples_as_the_whole_input_does(tiny_workdir):
@@ -316,7 +350,7 @@ def test_an_ensemble_refuses_other_vocabularies_languages_and_specs(tiny_workdir
   cases = [(_changed_run(tmp_path, tiny_workdir, target_lang='fr'), 'translates en→fr, '),
            (str(tmp_path / 'nothing'), 'no recorded run there'),
            (f'{tiny_workdir}:x', r"is not DIR or DIR:STEP \(runs separated by commas\)"),
-           (f'{tiny_workdir}:5', 'config.restore_step=5: .* unreadable|No readable')]
+           (f'{tiny_workdir}:5', 'has no averaged or checkpoint at step 5')]
   for spec, message in cases:
     config.ensemble = spec
     with pytest.raises(errors.UserError, match=message):

@@ -30,6 +30,9 @@ def command_line_error(argv: Sequence[str]) -> str | None:
     return _missing_file(path, file, colon + row)
   try:
     config = _load_config(file, [row] if colon else [])
+  except _NoGetConfig:
+    return (f'--config={path}: {file} defines no get_config(); a config file returns its '
+            'ml_collections.ConfigDict from get_config() (see experiments/demo.py)')
   except SyntaxError as e:
     return f'{file}, line {e.lineno}: not a Python config file ({e.msg})'
   except (ValueError, TypeError) as e:  # get_config's own message, e.g. table3.py's unknown row
@@ -67,9 +70,16 @@ def _missing_file(path: str, file: str, row: str) -> str:
   return f'--config={path}: no such file; {hint}'
 
 
+class _NoGetConfig(Exception):
+  """A config file without get_config()."""
+
+
 def _load_config(file: str, args: list[str]) -> Any:
   """`get_config(*args)` of a config file, loaded as ml_collections' config flag loads it."""
-  return loading.load_module(file, 't2t_jax_config_check').get_config(*args)
+  module = loading.load_module(file, 't2t_jax_config_check')
+  if not callable(getattr(module, 'get_config', None)):
+    raise _NoGetConfig(file)
+  return module.get_config(*args)
 
 
 def _unknown_key(config: Any, path: str) -> str | None:

@@ -4,6 +4,7 @@ them.
 """
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -56,7 +57,10 @@ def from_recorded(recorded: Mapping[str, Any], overrides: Sequence[str],
       if not isinstance(node, ml_collections.ConfigDict):
         raise errors.UserError(f'--{path}: no such key in {where}')
     if name not in node:
-      raise errors.UserError(f'--{path}: no such key in {where}')
+      nearest = difflib.get_close_matches(name, list(node.keys()))
+      hint = ('; did you mean ' + ' or '.join(f'--{".".join(["config", *parents, n])}'
+                                                for n in nearest) + '?') if nearest else ''
+      raise errors.UserError(f'--{path}: no such key in {where}{hint}')
     node[name] = _parse_override(path, text_value, node[name])
   check_against_recorded(config, recorded, where)
   return config

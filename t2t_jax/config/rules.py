@@ -15,6 +15,7 @@ module, never the reverse.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -54,7 +55,9 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-  return isinstance(value, numbers.Real) and not isinstance(value, bool)
+  """A finite real number: an infinite temperature or time budget is no setting."""
+  return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+          and math.isfinite(value))
 
 
 def int_at_least(low: int, note: str = '') -> Rule:
@@ -63,7 +66,7 @@ def int_at_least(low: int, note: str = '') -> Rule:
 
 
 def number_at_least(low: float, note: str = '') -> Rule:
-  return Rule(f'a number ≥ {low:g}{note}', lambda v: _is_number(v) and v >= low)
+  return Rule(f'a finite number ≥ {low:g}{note}', lambda v: _is_number(v) and v >= low)
 
 
 def one_of(*choices: str, note: str = '') -> Rule:
@@ -76,7 +79,7 @@ def text(note: str = '', *, empty_ok: bool = False) -> Rule:
 
 
 POSITIVE_INT = int_at_least(1)
-POSITIVE_NUMBER = Rule('a number > 0', lambda v: _is_number(v) and v > 0)
+POSITIVE_NUMBER = Rule('a finite number > 0', lambda v: _is_number(v) and v > 0)
 FRACTION = Rule('in [0, 1)', lambda v: _is_number(v) and 0 <= v < 1)  # ε_ls, β1, β2, P_drop
 BOOL = Rule('True or False', lambda v: isinstance(v, bool))
 # numpy's seeding refuses negative seeds and jax.random.PRNGKey anything past int64.
@@ -209,6 +212,11 @@ DATASET_KEYS: dict[str, DatasetNeeds] = {
 # Keys only some datasets' configs have: checked by RULES when present, required by
 # DATASET_KEYS where the dataset needs them.
 OPTIONAL_KEYS = frozenset(DEMO_KEYS)
+# Keys one config.dataset alone reads, '' where unset: given with another dataset, they would
+# be silently ignored (the demo's corpus trained on instead of the files named), so that is
+# an error naming the key and the fix.
+READ_BY: dict[str, str] = {'train_files': 'files', 'dev_files': 'files', 'test_files': 'files',
+                           'tfds_data_dir': 'tfds', 'tfds_manual_dir': 'tfds'}
 
 
 def compute_dtype(backend: str | None = None) -> str:
@@ -267,6 +275,7 @@ def validate(config: ml_collections.ConfigDict, mode: str = 'train') -> None:
   _check_model_values(config.model, MODEL_RULES)
   for reads in (('train', 'eval') if mode == 'study' else (mode,)):
     _check_dataset_keys(config, reads)
+  _check_keys_read(config)
   _check_across_keys(config)
 
 
@@ -334,6 +343,16 @@ def _check_dataset_keys(config: ml_collections.ConfigDict, mode: str) -> None:
       split = (f' with config.eval_split={config.eval_split!r}' if '{eval_split}' in pattern
                else '')
       raise errors.UserError(f'config.{key}: empty; {needed} for --mode={mode}{split} ({how})')
+
+
+def _check_keys_read(config: ml_collections.ConfigDict) -> None:
+  """No READ_BY key is set for a dataset that does not read it."""
+  for key, dataset in READ_BY.items():
+    if config.dataset != dataset and isinstance(config[key], str) and config[key].strip():
+      raise errors.UserError(
+          f'config.{key}={config[key]!r}: read only with config.dataset={dataset!r}, not '
+          f'{config.dataset!r}, which would ignore it; add --config.dataset={dataset}, or '
+          f'leave {key} unset')
 
 
 def _check_across_keys(config: ml_collections.ConfigDict) -> None:

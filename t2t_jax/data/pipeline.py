@@ -25,7 +25,7 @@ import numpy as np
 from t2t_jax.config import rules
 from t2t_jax.data import batching, demo_corpus, id_cache, packing, sources, synthetic
 from t2t_jax.data import tokenizer as tokenizer_lib
-from t2t_jax.platform import errors
+from t2t_jax.platform import errors, files
 
 Batch = dict[str, np.ndarray]
 # once(name, make): make() the thing `name` goes to disk as, once for all processes.
@@ -43,6 +43,8 @@ class Vocabulary(Protocol):
   def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
   def decode(self, ids: Any) -> str: ...  # up to the first EOS
   def pieces(self, ids: Any) -> list[str]: ...  # one label a token (attention maps)
+  # Ids that decode to no text, which decoding never emits (sampling: more).
+  def banned_ids(self, *, sampling: bool) -> tuple[int, ...]: ...
 
 
 class TrainBatches(Protocol):
@@ -184,7 +186,7 @@ def _data_key(encoded: id_cache.Encoded, vocabulary: Vocabulary) -> str:
 
 def _trained_vocabulary(config: Any, workdir: str) -> tokenizer_lib.Tokenizer:
   model_path = os.path.join(workdir, 'vocab', 'spm.model')
-  if not os.path.exists(model_path):
+  if not files.exists(model_path, 'the vocabulary'):
     raise errors.MissingFileError(f'{model_path}: no vocabulary in the workdir; train first '
                                   '(--mode=train) or point --workdir at a trained run')
   vocabulary = tokenizer_lib.Tokenizer(model_path)

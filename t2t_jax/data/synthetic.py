@@ -67,6 +67,9 @@ class IdTokenizer:
   def encode_batch(self, texts: list[str]) -> list[list[int]]:
     return [self.encode(t) for t in texts]
 
+  def banned_ids(self, *, sampling: bool) -> tuple[int, ...]:
+    return (PAD_ID,)  # every other id is a token of the task
+
   def pieces(self, ids) -> list[str]:
     return ['</s>' if int(i) == EOS_ID else str(int(i)) for i in ids]
 

@@ -77,6 +77,16 @@ class Tokenizer:
     return self._sp.encode(list(texts), add_eos=True, num_threads=os.cpu_count() or 1,
                            out_type='numpy')
 
+  def banned_ids(self, *, sampling: bool) -> tuple[int, ...]:
+    """Ids a decoder never emits, as they decode to no text: PAD and the other control
+    symbols but EOS, unknown and unused pieces; for `sampling` also the byte-fallback
+    pieces, each one byte of a character (a search takes them only for a rare character,
+    spelt whole; a draw at a high temperature takes them one at a time: U+FFFD, control
+    bytes)."""
+    sp = self._sp
+    return tuple(i for i in range(self.vocab_size) if i != EOS_ID and (
+        sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or (sampling and sp.is_byte(i))))
+
   def pieces(self, ids: Any) -> list[str]:
     """The sub-word strings of `ids` (EOS shown as '</s>'), for plots."""
     return [self._sp.id_to_piece(int(i)) for i in ids]
@@ -115,7 +125,7 @@ def load_or_train(config: Any, workdir: str, sample_texts: Callable[[], Iterable
   """
   vocab_dir = os.path.join(workdir, 'vocab')
   model_path = os.path.join(vocab_dir, 'spm.model')
-  if not os.path.exists(model_path):
+  if not files.exists(model_path, 'the vocabulary'):
     # The whole text is read to sample it uniformly: on WMT that is minutes.
     with progress.Progress('Reading the training text for the vocabulary', total_texts,
                            'sentences') as bar:

@@ -66,12 +66,30 @@ def plot(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[
   plt.close(fig)
 
 
+def chosen_layers(layers: Sequence[int | str] | None, num_layers: int) -> list[int]:
+  """--layers as layer numbers (default: all), each a layer of the model."""
+  if not layers:
+    return list(range(num_layers))
+  chosen = []
+  for layer in layers:
+    try:
+      chosen.append(int(layer))
+    except ValueError:
+      raise errors.UserError(f'--layers={",".join(map(str, layers))}: layer numbers from 0, '
+                             'e.g. --layers=0,5') from None
+    if not 0 <= chosen[-1] < num_layers:
+      raise errors.UserError(f'--layers: layer {layer} does not exist (the model has '
+                             f'{num_layers})')
+  return chosen
+
+
 def run(config: ml_collections.ConfigDict, workdir: str, sentence: str, out_dir: str | None,
-        layers: Sequence[int] | None = None) -> list[str]:
+        layers: Sequence[int | str] | None = None) -> list[str]:
   """Translates `sentence`, then writes the heatmaps of `layers` (default: all)."""
   if config.ensemble:  # the heatmaps are of one model's attention
     raise errors.UserError(f'config.ensemble={config.ensemble!r}: --mode=attention plots the '
                            "workdir's model alone; drop the ensemble")
+  chosen = chosen_layers(layers, config.model.num_layers)  # before any work
   translator = Translator(config, workdir, mode='attention')
   translation = translator([sentence])[0]
   tokenizer = translator.tokenizer
@@ -81,11 +99,6 @@ def run(config: ml_collections.ConfigDict, workdir: str, sentence: str, out_dir:
   labels['decoder input'] = ['<s>'] + labels['target'][:-1]
   out_dir = out_dir or os.path.join(workdir, 'attention')
   os.makedirs(out_dir, exist_ok=True)
-  num_layers = translator.model_config.num_layers
-  chosen = list(range(num_layers)) if not layers else [int(i) for i in layers]
-  for i in chosen:
-    if not 0 <= i < num_layers:
-      raise errors.UserError(f'--layers: layer {i} does not exist (the model has {num_layers})')
   weights = attention_weights(translator.params, translator.model_config, src, tgt)
   paths = []
   for (kind, layer), w in sorted(weights.items()):

@@ -57,6 +57,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
@@ -198,10 +199,15 @@ def log_softmax(logits: Array, row_max: Callable[[Array], Array] = kernels.xla_r
   return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
 
 
-def ban_tokens(logp: Array, step: Array, limits: Array, eos_id: int) -> Array:
-  """logp [b, k, v] with PAD banned (-inf) and EOS forced at each sentence's limit [b]."""
+def ban_tokens(logp: Array, step: Array, limits: Array, eos_id: int,
+               banned_ids: tuple[int, ...] = ()) -> Array:
+  """logp [b, k, v] with PAD and `banned_ids` banned (-inf), and EOS forced at each
+  sentence's limit [b]. banned_ids: pieces that decode to no text (the vocabulary's
+  banned_ids)."""
   vocab = jnp.arange(logp.shape[-1])
-  banned = (vocab == PAD_ID) | ((step + 1 >= limits)[:, None, None] & (vocab != eos_id))
+  never = np.zeros(logp.shape[-1], bool)
+  never[[i for i in (PAD_ID, *banned_ids) if i < len(never)]] = True  # a constant
+  banned = never | ((step + 1 >= limits)[:, None, None] & (vocab != eos_id))
   return jnp.where(banned, NEG_INF, logp)
 
 
@@ -408,7 +414,8 @@ def decoder_steps(params: Any, src: Array, lengths: list[int], *,
 
 def _run(beams: Beams, steps: Steps, limits: Array, lengths: list[int], *,
          alpha: float | Array, eos_id: int, early_stop: bool,
-         top_k: Callable[[Array, int], tuple[Array, Array]]) -> Beams:
+         top_k: Callable[[Array, int], tuple[Array, Array]],
+         banned_ids: tuple[int, ...] = ()) -> Beams:
   """The search loop, one `lax.while_loop` per cache length; each stops at its length."""
   for length in lengths:
     def cond(beams: Beams, length: int = length) -> Array:
@@ -417,7 +424,7 @@ def _run(beams: Beams, steps: Steps, limits: Array, lengths: list[int], *,
 
     def body(beams: Beams, length: int = length) -> Beams:
       logp, carry = steps.step(beams.carry, beams.live_seqs, beams.step, length)  # [b, k, v]
-      logp = ban_tokens(logp, beams.step, limits, eos_id)
+      logp = ban_tokens(logp, beams.step, limits, eos_id, banned_ids)
       return _grow(beams._replace(carry=carry), logp, steps.reorder, alpha=alpha,
                    eos_id=eos_id, top_k=top_k)
 
@@ -428,7 +435,7 @@ def _run(beams: Beams, steps: Steps, limits: Array, lengths: list[int], *,
 def search(params: Any, src: Array, *, config: ModelConfig | Ensemble, beam_size: int = 4,
            alpha: float = 0.6, extra_length: int = 50, eos_id: int = EOS_ID,
            early_stop: bool = True, use_cache: bool = True, n_best: int | None = None,
-           ) -> Beams:
+           banned_ids: tuple[int, ...] = ()) -> Beams:
   """Beam search over src [b, s] (§6.1); returns the final loop state. Not jitted itself.
 
   `early_stop=False` runs every sentence to the longest limit in the batch, with the same
@@ -436,7 +443,7 @@ def search(params: Any, src: Array, *, config: ModelConfig | Ensemble, beam_size
   `n_best=n` (1 ≤ n ≤ beam_size) keeps the n best finished hypotheses: finished_seq
   [b, n, T+1] and finished_score [b, n], best first; None keeps the best, as [b, T+1], [b].
   An ensemble (config a tuple of ModelConfigs, params a tuple of theirs) is searched as one
-  model (the module docstring).
+  model (the module docstring). banned_ids: never emitted, as PAD is not (ban_tokens).
   """
   if beam_size < 1 or extra_length < 0:
     raise ValueError(f'beam_size must be ≥ 1 and extra_length ≥ 0, got {beam_size}, '
@@ -451,7 +458,8 @@ def search(params: Any, src: Array, *, config: ModelConfig | Ensemble, beam_size
                         use_cache=use_cache)
   beams = _initial_beams(src.shape[0], beam_size, n_best or 1, max_len, steps.carry)
   beams = _run(beams, steps, limits, lengths, alpha=alpha, eos_id=eos_id,
-               early_stop=early_stop, top_k=members(config)[0].forms.top_k)
+               early_stop=early_stop, top_k=members(config)[0].forms.top_k,
+               banned_ids=banned_ids)
   if n_best is None:  # the single best, without the n axis
     beams = beams._replace(finished_seq=beams.finished_seq[:, 0],
                            finished_score=beams.finished_score[:, 0])

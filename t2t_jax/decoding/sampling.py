@@ -86,7 +86,7 @@ def _draw(draws: Draws, logp: Array, keys: Array, *, temperature: float | Array,
 
 
 def _run(draws: Draws, steps: decode.Steps, limits: Array, lengths: list[int], keys: Array,
-         **draw_args: Any) -> Draws:
+         banned_ids: tuple[int, ...], **draw_args: Any) -> Draws:
   """The sampling loop, one `lax.while_loop` per cache length (as decode._run); it ends
   when every row has drawn its EOS."""
   eos_id = draw_args['eos_id']
@@ -97,7 +97,7 @@ def _run(draws: Draws, steps: decode.Steps, limits: Array, lengths: list[int], k
     def body(draws: Draws, length: int = length) -> Draws:
       seqs = draws.seqs[:, None]  # [r, 1, T+1]: one hypothesis a row
       logp, carry = steps.step(draws.carry, seqs, draws.step, length)  # [r, 1, v]
-      logp = decode.ban_tokens(logp, draws.step, limits, eos_id)[:, 0]  # [r, v]
+      logp = decode.ban_tokens(logp, draws.step, limits, eos_id, banned_ids)[:, 0]  # [r, v]
       return _draw(draws._replace(carry=carry), logp, keys, **draw_args)
 
     draws = lax.while_loop(cond, body, draws._replace(carry=steps.grow(draws.carry, length)))
@@ -107,13 +107,15 @@ def _run(draws: Draws, steps: decode.Steps, limits: Array, lengths: list[int], k
 def draw(params: Any, src: Array, index: Array, key: Array, *,
          config: ModelConfig | decode.Ensemble, temperature: float | Array = 1.0,
          top_k: int = 0, n_samples: int | None = None, extra_length: int = 50,
-         eos_id: int = EOS_ID, use_cache: bool = True) -> tuple[Array, Array]:
+         eos_id: int = EOS_ID, use_cache: bool = True, banned_ids: tuple[int, ...] = (),
+         ) -> tuple[Array, Array]:
   """Samples of each sentence of src [b, s] (0-padded), the module docstring's; not jitted.
 
   index [b]: each sentence's number in the input (its keys'); key: PRNGKey(seed). Returns
   ids [b, T] (without the start symbol, ending at EOS, then 0s) and scores [b] = log P(Y|X);
   with n_samples=n, ids [b, n, T] and scores [b, n], best first. `config` and `params` may
-  be an ensemble's tuples (decode.search).
+  be an ensemble's tuples (decode.search). banned_ids: never drawn, as PAD is not
+  (decode.ban_tokens; the vocabulary's banned_ids(sampling=True)).
   """
   vocab_size = decode.members(config)[0].vocab_size
   if not 0 <= top_k <= vocab_size or extra_length < 0 or (n_samples is not None
@@ -132,7 +134,7 @@ def draw(params: Any, src: Array, index: Array, key: Array, *,
                 seqs=jnp.full((b * n, max_len + 1), PAD_ID, jnp.int32),
                 logprob=jnp.zeros(b * n, jnp.float32), done=jnp.zeros(b * n, bool),
                 carry=steps.carry)
-  draws = _run(draws, steps, limits, lengths, row_keys(key, index, n),
+  draws = _run(draws, steps, limits, lengths, row_keys(key, index, n), banned_ids,
                temperature=temperature, top_k=top_k, eos_id=eos_id,
                top_k_fn=decode.members(config)[0].forms.top_k)
   ids, scores = draws.seqs[:, 1:].reshape(b, n, max_len), draws.logprob.reshape(b, n)
@@ -146,12 +148,13 @@ def draw(params: Any, src: Array, index: Array, key: Array, *,
 # The temperature and key are traced, not static: another temperature or seed needs no
 # recompilation.
 @functools.partial(jax.jit, static_argnames=('config', 'top_k', 'n_samples', 'extra_length',
-                                             'eos_id', 'use_cache'))
+                                             'eos_id', 'use_cache', 'banned_ids'))
 def sample(params: Any, src: Array, index: Array, key: Array, *,
            config: ModelConfig | decode.Ensemble, temperature: float | Array = 1.0,
            top_k: int = 0, n_samples: int | None = None, extra_length: int = 50,
-           eos_id: int = EOS_ID, use_cache: bool = True) -> tuple[Array, Array]:
+           eos_id: int = EOS_ID, use_cache: bool = True, banned_ids: tuple[int, ...] = (),
+           ) -> tuple[Array, Array]:
   """`draw` in one compiled call, compiled once per (b, s) and set of static arguments."""
   return draw(params, src, index, key, config=config, temperature=temperature, top_k=top_k,
               n_samples=n_samples, extra_length=extra_length, eos_id=eos_id,
-              use_cache=use_cache)
+              use_cache=use_cache, banned_ids=banned_ids)

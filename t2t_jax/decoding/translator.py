@@ -79,6 +79,9 @@ SAMPLING_SPECS = Sampling(P(AXIS), P(), P())
 # A call of at most this many sentences decodes in small batches of fixed shapes
 # (interactive_shapes), the ones Translator.compile_ahead compiles; --stream_lines' default.
 INTERACTIVE_ROWS = 16
+# Samples of a sentence (--n_best with sampling) are rows of its decoding batch, each as
+# large as a sentence of its own: more than this would outgrow any decoding batch.
+MAX_SAMPLES = 1024
 
 
 def decoding_batches(lengths: Sequence[int], *, tokens_per_batch: int, num_devices: int,
@@ -141,27 +144,34 @@ def interactive_shapes(config: ml_collections.ConfigDict, num_devices: int, *, m
 def make_sharded_decoder(model_config: ModelConfig | decode.Ensemble,
                          config: ml_collections.ConfigDict, mesh: Mesh, *,
                          beam_size: int | None = None, n_best: int | None = None,
-                         method: str = 'beam', top_k: int | None = None) -> Decoder:
+                         method: str = 'beam', top_k: int | None = None,
+                         vocabulary: Any = None) -> Decoder:
   """(params, src [rows, S], settings) -> (ids [rows, T], scores [rows]), each device on its
   own rows; with n_best=n, ids [rows, n, T] and scores [rows, n].
 
   method 'beam' (beam_size defaults to config.beam_size) and 'greedy' (one beam) take α as
   settings, an argument, not a constant: another α needs no recompilation. 'sample' takes a
   Sampling and draws n_best samples (top_k defaults to config.sample_top_k). model_config
-  and the params may be an ensemble's tuples (decode.search).
+  and the params may be an ensemble's tuples (decode.search). `vocabulary`'s banned_ids
+  (pieces that decode to no text) are never emitted; None bans PAD alone.
   """
+  def banned(sampling: bool) -> tuple[int, ...]:
+    return () if vocabulary is None else vocabulary.banned_ids(sampling=sampling)
+
   if method == 'sample':
     def draw(params, src, settings):
       return sampling.draw(params, src, settings.index, settings.key, config=model_config,
                            temperature=settings.temperature,
                            top_k=config.sample_top_k if top_k is None else top_k,
-                           n_samples=n_best, extra_length=config.decode_extra_length)
+                           n_samples=n_best, extra_length=config.decode_extra_length,
+                           banned_ids=banned(True))
     return shard_rows(draw, mesh, SAMPLING_SPECS)
   beam_size = 1 if method == 'greedy' else beam_size or config.beam_size
 
   def search(params, src, alpha):
     beams = decode.search(params, src, config=model_config, beam_size=beam_size, alpha=alpha,
-                          extra_length=config.decode_extra_length, n_best=n_best)
+                          extra_length=config.decode_extra_length, n_best=n_best,
+                          banned_ids=banned(False))
     return beams.finished_seq[..., 1:], beams.finished_score
   return shard_rows(search, mesh)
 
@@ -335,16 +345,19 @@ class Translator:
   def from_workdir(cls, workdir: str, overrides: Mapping[str, Any] | None = None) -> Translator:
     """The run trained in `workdir`, with the config it recorded (DIR/config.json).
 
-    `overrides` ({'decode_params': 'checkpoint', 'model.dtype': 'bfloat16'}) change keys
-    of that config as --config.KEY=VALUE would; one that contradicts the trained model
-    (recorded_run.TRAINED_KEYS) is refused with an errors.UserError naming it.
+    `overrides` ({'decode_params': 'checkpoint', 'model.dtype': 'bfloat16'}, or nested:
+    {'model': {'dtype': 'bfloat16'}}) change keys of that config as --config.KEY=VALUE
+    would; one that contradicts the trained model (recorded_run.TRAINED_KEYS) is refused
+    with an errors.UserError naming it.
     """
+    if overrides is not None and not isinstance(overrides, Mapping):
+      raise errors.UserError(f'overrides: a dict of config keys, got {type(overrides).__name__}')
     workdir_lib.check_local(workdir)
     where = f'{workdir.rstrip("/")}/{workdir_lib.CONFIG}'
     recorded = workdir_lib.load_config(workdir)
     if recorded is None:
       raise errors.UserError(f'{where}: no recorded run there (training records it)')
-    pairs = [f'config.{key}={value}' for key, value in (overrides or {}).items()]
+    pairs = [f'config.{key}={value}' for key, value in _flat(overrides or {})]
     return cls(recorded_run.from_recorded(recorded, pairs, where), workdir)
 
   @property
@@ -374,7 +387,7 @@ class Translator:
     if key not in self._decoders:
       self._decoders[key] = make_sharded_decoder(
           self.decoding_config, self.config, self.mesh, method=key[0], beam_size=key[1],
-          n_best=n_best, top_k=key[3])
+          n_best=n_best, top_k=key[3], vocabulary=self.tokenizer)
     return self._decoders[key]
 
   def _decoder_key(self, beam_size: int | None, n_best: int | None, method: str | None,
@@ -400,6 +413,9 @@ class Translator:
     leaving `with translator:`) drops the queue. The compilation cache keeps them for the
     next process (config.compilation_cache_dir).
     """
+    check_search(method or self.config.decode_method, beam_size, n_best, self.config)
+    if not rules.POSITIVE_INT.test(max_rows):
+      raise errors.UserError(f'max_rows={max_rows!r}: must be a positive integer')
     key = self._decoder_key(beam_size, n_best, method, top_k)
     decoder = self.decoder(beam_size, n_best, method=method, top_k=top_k)
     if isinstance(decoder, ahead.Precompiled):
@@ -457,7 +473,10 @@ class Translator:
     single = isinstance(sentences, str)
     sentences = [sentences] if single else sentences
     method = method or self.config.decode_method
+    check_sentences(sentences)
     check_search(method, beam_size, n_best, self.config)
+    check_settings(method, alpha=alpha, temperature=temperature, top_k=top_k, seed=seed,
+                   max_rows=max_rows)
     nonempty, inputs = encode_inputs(sentences, self.tokenizer, self.max_input_length,
                                      first_line=first_line)
     draws = (self._sampling([first_line - 1 + i for i in nonempty], temperature, top_k, seed)
@@ -531,6 +550,15 @@ class Translator:
     return self.translate(sentences)
 
 
+def _flat(overrides: Mapping[str, Any], prefix: str = '') -> Iterator[tuple[str, Any]]:
+  """('model.dtype', value) pairs of nested overrides, as --config.model.dtype names them."""
+  for key, value in overrides.items():
+    if isinstance(value, Mapping):
+      yield from _flat(value, f'{prefix}{key}.')
+    else:
+      yield f'{prefix}{key}', value
+
+
 def describe_method(config: ml_collections.ConfigDict) -> str:
   """config's decoding in words, for logs: 'beam 4, alpha 0.60', 'greedy (beam 1), alpha
   0.60' or 'sampling, temperature 1, top-k all, seed 0'."""
@@ -542,32 +570,63 @@ def describe_method(config: ml_collections.ConfigDict) -> str:
   return f'beam {config.beam_size}, alpha {config.beam_alpha:.2f}'
 
 
-def check_search(method: str, beam_size: int | None, n_best: int | None,
+def check_sentences(sentences: Any) -> None:
+  """A str or a sequence of str (errors.UserError naming what was given)."""
+  if isinstance(sentences, (bytes, bytearray)) or not isinstance(sentences, Sequence):
+    raise errors.UserError(f'sentences: a str or a list of str, got {type(sentences).__name__}')
+  for i, sentence in enumerate(sentences):
+    if not isinstance(sentence, str):
+      raise errors.UserError(f'sentences[{i}]: a str, got {type(sentence).__name__}')
+
+
+def check_settings(method: str, *, alpha: Any = None, temperature: Any = None, top_k: Any = None,
+                   seed: Any = None, max_rows: Any = 0) -> None:
+  """The Python API's search settings: alpha a number ≥ 0 (as config.beam_alpha), sampling's
+  settings only when sampling (never silently ignored), max_rows ≥ 0 (0: no cap)."""
+  if alpha is not None and not rules.RULES['beam_alpha'].test(alpha):
+    raise errors.UserError(f'alpha={alpha!r}: must be {rules.RULES["beam_alpha"].allowed} '
+                           '(as config.beam_alpha)')
+  if method != 'sample':
+    for name, value in (('temperature', temperature), ('top_k', top_k), ('seed', seed)):
+      if value is not None:
+        raise errors.UserError(f"{name}={value!r}: only sampling (method='sample') has it; "
+                               f'method={method!r} would ignore it')
+  if not rules.int_at_least(0).test(max_rows):
+    raise errors.UserError(f'max_rows={max_rows!r}: must be an integer ≥ 0 (0: no cap)')
+
+
+def check_search(method: Any, beam_size: Any, n_best: Any,
                  config: ml_collections.ConfigDict) -> None:
   """The Python API's method, beam_size and n_best (errors.UserError naming the argument)."""
   if method not in METHODS:
     raise errors.UserError(f'method={method!r}: must be one of {METHODS}')
+  for name, value in (('beam_size', beam_size), ('n_best', n_best)):
+    if value is not None and not rules.POSITIVE_INT.test(value):
+      raise errors.UserError(f'{name}={value!r}: must be a positive integer (or None)')
   if method == 'greedy' and beam_size not in (None, 1):
     raise errors.UserError(f'beam_size={beam_size}: greedy decoding is beam search with one '
                            "beam; use method='beam' for a wider one")
-  if n_best is None:
-    return
-  most = n_best_bound(method, beam_size, config)
-  if most is None and n_best < 1:
-    raise errors.UserError(f'n_best={n_best}: must be ≥ 1 (the samples of each sentence)')
-  if most is not None and not 1 <= n_best <= most:
-    where = 'greedy decoding' if method == 'greedy' else 'config.beam_size'
-    raise errors.UserError(f'n_best={n_best}: must be between 1 and the beam size ({most}; '
-                           f'{where})')
+  if n_best is not None and n_best > n_best_bound(method, beam_size, config):
+    raise errors.UserError(f'n_best={n_best}: {n_best_limit(method, beam_size, config)}')
 
 
-def n_best_bound(method: str, beam_size: int | None, config: ml_collections.ConfigDict,
-                 ) -> int | None:
-  """The most hypotheses a search keeps for n-best: its beam (greedy decoding: one);
-  None for sampling, which draws any number."""
+def n_best_bound(method: str, beam_size: int | None, config: ml_collections.ConfigDict) -> int:
+  """The most hypotheses a search gives a sentence for n-best: its beam (greedy decoding:
+  one), or MAX_SAMPLES samples."""
   if method == 'sample':
-    return None
+    return MAX_SAMPLES
   return 1 if method == 'greedy' else beam_size or config.beam_size
+
+
+def n_best_limit(method: str, beam_size: int | None, config: ml_collections.ConfigDict) -> str:
+  """The bound on n-best in words, for an error message."""
+  most = n_best_bound(method, beam_size, config)
+  if method == 'greedy':
+    return 'must be 1: greedy decoding keeps one hypothesis (beam search with one beam)'
+  if method == 'sample':
+    return (f'must be between 1 and {most} samples a sentence (each is a row of its decoding '
+            'batch)')
+  return f'must be between 1 and the beam size ({most}; config.beam_size)'
 
 
 def check_params_match(params: Any, config: ml_collections.ConfigDict,
@@ -736,14 +795,11 @@ def stream(translator: Translator, binary: BinaryIO, out: BinaryIO, *, name: str
 
 
 def check_n_best_flag(n_best: int | None, config: ml_collections.ConfigDict) -> None:
-  """--n_best: up to the beam's hypotheses (greedy decoding: one beam), any number of
+  """--n_best: up to the beam's hypotheses (greedy decoding: one beam), up to MAX_SAMPLES
   samples."""
-  most = n_best_bound(config.decode_method, None, config)
-  if n_best is None or (1 <= n_best and (most is None or n_best <= most)):
-    return
-  which = 'config.beam_size' if config.decode_method == 'beam' else 'greedy decoding'
-  bound = f'between 1 and {which} ({most})' if most is not None else '≥ 1'
-  raise errors.UserError(f'--n_best={n_best}: must be {bound}')
+  if n_best is not None and not 1 <= n_best <= n_best_bound(config.decode_method, None, config):
+    raise errors.UserError(f'--n_best={n_best}: '
+                           f'{n_best_limit(config.decode_method, None, config)}')
 
 
 def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: str,

@@ -55,8 +55,16 @@ def initialize(*, heartbeat_timeout_s: int = 60, start_timeout_s: int = 300) -> 
         raise errors.UserError(f'{name}={env[name]!r}: must be an integer') from None
   with _waiting_for_peers(kwargs, start_timeout_s):
     # JAX's deadline after ours: ours ends the process first, with a message.
-    jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout_s,
-                               initialization_timeout=start_timeout_s + 30, **kwargs)
+    try:
+      jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout_s,
+                                 initialization_timeout=start_timeout_s + 30, **kwargs)
+    except ValueError as e:
+      if 'coordinator_address' not in str(e) or 'coordinator_address' in kwargs:
+        raise
+      raise errors.UserError(
+          '--distributed: no cluster to join (JAX found none: not a TPU VM, Slurm, Open MPI '
+          'or Kubernetes job); set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and '
+          'JAX_PROCESS_ID, or leave --distributed out on one machine') from None
   logging.info('Process %d of %d; %d local and %d global devices.', jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())
 

@@ -41,6 +41,18 @@ def is_disk_refusal(error: BaseException) -> bool:
           or (text.startswith('RESOURCE_EXHAUSTED') and 'Error writing' in text))
 
 
+def is_permission_refusal(error: BaseException) -> bool:
+  """A read or write the system refused for a missing permission, whoever reports it: an
+  OSError, or TensorStore's PERMISSION_DENIED (through orbax, perhaps wrapped)."""
+  while error is not None:
+    if isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EPERM):
+      return True
+    if 'PERMISSION_DENIED' in str(error) or 'Permission denied' in str(error):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
 def is_for_user(error: BaseException) -> bool:
   """Whether `main` shows `error` as one line: a UserError, or the system refusing a write."""
   return isinstance(error, UserError) or is_disk_refusal(error)

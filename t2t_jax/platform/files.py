@@ -154,6 +154,21 @@ def publish(tmp: str, path: str) -> bool:
   return True
 
 
+def exists(path: str, what: str) -> bool:
+  """os.path.exists that tells a path we may not look at from one that is not there:
+  os.path.exists says False for both, and a vocabulary or checkpoint behind a missing
+  permission must not be taken for a missing one (and made anew). A refusal is an
+  errors.UserError naming the path, `what` it is and the permission."""
+  try:
+    os.stat(path)
+    return True
+  except FileNotFoundError:
+    return False
+  except PermissionError as e:
+    raise errors.UserError(f'{path}: {what} that cannot be read (permission denied: {e}); '
+                           'give this user read access to it') from e
+
+
 def check_writable_file(path: str, what: str) -> None:
   """Raises a UserError naming `path` unless a file can be written there: checked before
   the work that makes its content (decoding), not after."""

@@ -189,6 +189,9 @@ def record_invocation(workdir: str, step: int) -> None:
             'versions': _versions(), 'code': code_revision()}
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, PROVENANCE)
+  if os.path.isdir(path):
+    raise errors.UserError(f'{path}: a folder, where the run appends its provenance records; '
+                           'move it out of the workdir')
   files.set_aside_torn_tail(path)
   with files.disk_write_errors(path, 'the provenance record'):
     with open(path, 'a', encoding='utf-8') as f:

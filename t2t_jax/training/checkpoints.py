@@ -183,6 +183,10 @@ class Checkpointer:
       except CheckpointMismatch:
         raise
       except Exception as e:  # noqa: BLE001 — after retries, any failure to read is "unreadable"
+        if errors.is_permission_refusal(e):  # not corruption: nothing is moved aside
+          raise errors.UserError(
+              f'{self.directory}/{candidate}: cannot be read (permission denied: '
+              f'{errors.summary(e)}); give this user read access to the checkpoints') from e
         if step:
           raise errors.UserError(f'config.restore_step={step}: {self.directory}/{step} is '
                                  f'unreadable ({errors.summary(e)})') from e
@@ -253,7 +257,7 @@ def retry(read: Callable[[], Any], what: str) -> Any:
     except CheckpointMismatch:
       raise
     except Exception as e:  # noqa: BLE001 — the last attempt re-raises it
-      if attempt == READ_ATTEMPTS:
+      if attempt == READ_ATTEMPTS or errors.is_permission_refusal(e):  # no second try helps
         raise
       logging.warning('Reading %s failed (%s); retrying in %.0f s.', what, errors.summary(e),
                       RETRY_SECONDS * attempt)
@@ -408,6 +412,13 @@ def load_params(workdir: str, *, which: str = 'auto', step: int = 0) -> Loaded:
                                  f'({errors.summary(e)})') from e
         logging.warning('%s is unreadable (%s); using the one before it.', where,
                         errors.summary(e))
+  found = {kind: checkpoint_steps(workdir, AVERAGED if kind == 'averaged' else CHECKPOINTS)
+           for kind in kinds}
+  if step and any(found.values()):  # a step the run does not have: say which it has
+    has = '; '.join(f'{kind} steps {steps}' for kind, steps in found.items())
+    raise errors.MissingFileError(
+        f'{workdir} has no {" or ".join(kinds)} at step {step} (config.decode_params={which!r}, '
+        f'config.restore_step={step}, or DIR:{step}); it has {has}')
   wanted = f'step {step} ' if step else ''
   raise errors.MissingFileError(
       f'No readable {" or ".join(kinds)} {wanted}in {workdir} (config.decode_params={which!r}'
