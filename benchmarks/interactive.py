@@ -4,7 +4,7 @@
 
 For each config, the path a `Translator` (or `--mode=translate --input=-`) takes: its beam
 search (§6.1: beam 4, α 0.6, input + 50, early stopping) compiled ahead for every
-interactive batch shape (translator.interactive_shapes: each length bucket up to
+interactive batch shape (batch_plan.interactive_shapes: each length bucket up to
 --max-length sub-words, one row a device and 16 rows), then `--requests` one-line
 requests, one after the other, each translate_ids of one sentence of a random length in
 [4, --max-length] (seeded). Random weights rarely emit EOS, so most outputs run to their
@@ -30,7 +30,7 @@ common.start(__name__, xla_flags=False)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from t2t_jax.decoding import translator  # noqa: E402
+from t2t_jax.decoding import batch_plan, translator  # noqa: E402
 from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
 from t2t_jax.platform import xla  # noqa: E402
 from t2t_jax.platform.mesh import make_mesh, replicated  # noqa: E402
@@ -78,7 +78,7 @@ def bench(name: str, args: argparse.Namespace) -> dict:
   vocab = model_config.vocab_size
   jitted = translator.make_sharded_decoder(model_config, config, mesh)
   cold = one_request(jitted, params, sentence(args.max_length // 2, vocab, 99), config, mesh)
-  shapes = translator.interactive_shapes(config, mesh.size, max_rows=16,
+  shapes = batch_plan.interactive_shapes(config, mesh.size, max_rows=16,
                                          max_length=args.max_length)
   compile_s, _ = compile_ahead(model_config, config, mesh, params, shapes)
   # A second start finds every shape in the compilation cache the first one filled.

@@ -43,11 +43,15 @@ flags.DEFINE_integer('distributed_start_timeout', 300, 'With --distributed: seco
                      lower_bound=1)
 flags.DEFINE_integer('distributed_timeout', 60, 'With --distributed: seconds without a '
                      'heartbeat from a process after which the others stop (it died).')
-flags.DEFINE_string('input', None, 'translate: a file of sentences, one a line, or - for '
-                    'stdin. attention: the sentence itself.')
-flags.DEFINE_string('output', None, 'translate: the output file (default: stdout). attention: '
-                    'the folder for the PNGs (default: WORKDIR/attention). export: the '
-                    'Hugging Face MarianMT folder to write (new or empty).')
+flags.DEFINE_string('input', None, 'translate and score: a file of sentences, one a line, '
+                    'or - for stdin. attention: the sentence itself.')
+flags.DEFINE_string('reference', None, 'score: the file of translations to score, line i '
+                    'that of --input\'s line i.')
+flags.DEFINE_bool('per_token', False, 'score: also each line\'s log P and its tokens\' '
+                  'log-probabilities (SCORE ||| LOGPROB ||| t1 t2 ...).')
+flags.DEFINE_string('output', None, 'translate and score: the output file (default: '
+                    'stdout). attention: the folder for the PNGs (default: WORKDIR/attention). '
+                    'export: the Hugging Face MarianMT folder to write (new or empty).')
 flags.DEFINE_integer('n_best', None, 'translate: write the K best translations of each line, '
                      'as lines `LINE ||| TRANSLATION ||| SCORE` (LINE counted from 0, best '
                      'first; K ≤ config.beam_size), or K samples with '
@@ -62,9 +66,9 @@ flags.DEFINE_list('rows', None, 'study: the rows of the study file (experiments/
 flags.DEFINE_bool('traceback', False, 'Show the full traceback of an error.')
 FLAGS = flags.FLAGS
 # Modes that use a trained run: without --config they read the config it recorded.
-RECORDED_MODES = ('average', 'translate', 'eval', 'attention', 'export')
+RECORDED_MODES = ('average', 'translate', 'score', 'eval', 'attention', 'export')
 # Modes whose work is beam search: on a CPU they run one device per core (xla.configure_cpu).
-DECODING_MODES = ('translate', 'eval')
+DECODING_MODES = ('translate', 'score', 'eval')
 # --config.KEY=VALUE overrides given without --config (of the recorded config): absl knows
 # them only as the overrides of a --config file, so parse_flags takes them out first. Each
 # parse sets them anew, so that main can run command after command in one process.
@@ -134,6 +138,13 @@ def _dispatch() -> None:
       translator.run_translate(config, FLAGS.workdir, FLAGS.input, FLAGS.output,
                                n_best=FLAGS.n_best, stream_lines=FLAGS.stream_lines,
                                stream_wait_s=FLAGS.stream_wait)
+    return
+  if FLAGS.mode == 'score':
+    if FLAGS.input is None or FLAGS.reference is None:
+      raise errors.UserError('--mode=score needs --input=FILE (the sources) and --reference=FILE '
+                             '(their translations, line for line)')
+    translator.run_score(config, FLAGS.workdir, FLAGS.input, FLAGS.reference, FLAGS.output,
+                         per_token=FLAGS.per_token)
     return
   if FLAGS.mode == 'export':
     if FLAGS.output is None:

@@ -23,7 +23,7 @@ from jax.sharding import Mesh
 
 from t2t_jax.config import rules
 from t2t_jax.data import pipeline
-from t2t_jax.decoding import bleu, translator
+from t2t_jax.decoding import batch_plan, bleu, translator
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import distributed, errors, files
 from t2t_jax.platform import workdir as workdir_lib
@@ -220,7 +220,7 @@ def _compile_ahead(config: ml_collections.ConfigDict, model_config: ModelConfig,
                                        translator.max_input_length(model_config, config))
   search = ahead.searches(translator.make_sharded_decoder(model_config, config, mesh,
                                                          vocabulary=datasets.tokenizer),
-                          state.params, translator.batch_shapes(inputs, config, mesh.size),
+                          state.params, batch_plan.batch_shapes(inputs, config, mesh.size),
                           mesh, pool=pool, name='dev BLEU beam search')
   return train_fn, eval_fn, search, pool
 

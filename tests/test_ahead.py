@@ -12,7 +12,7 @@ import pytest
 from helpers import CompileLog, make_config, tiny_config, tiny_step_config
 from t2t_jax import trainer
 from t2t_jax.data import pipeline, synthetic
-from t2t_jax.decoding import translator
+from t2t_jax.decoding import batch_plan, translator
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import mesh as mesh_lib
 from t2t_jax.training import ahead, optim, train_step
@@ -121,7 +121,7 @@ def test_precompiled_searches_compile_nothing_and_decode_the_same():
   params = train_step.create_train_state(Transformer(model_config), optim.make_optimizer(config),
                                          config.seed, mesh).params
   inputs = [[5, 6, 7, 2], [5, 6, 2], [4] * 7 + [2], [9] * 11 + [2]]
-  shapes = translator.batch_shapes(inputs, config, mesh.size)
+  shapes = batch_plan.batch_shapes(inputs, config, mesh.size)
   assert len(shapes) > 1
   jitted = translator.make_sharded_decoder(model_config, config, mesh)
   pool = ahead.make_pool(2)
@@ -178,6 +178,6 @@ def test_dev_bleus_search_is_built_once_and_compiled_ahead(tmp_path, monkeypatch
   run, metrics = train_logging_compiles(config, tmp_path / 'run')
   datasets = pipeline.get_datasets(config, str(tmp_path / 'run'), num_devices=1)
   _, inputs = translator.encode_inputs(datasets.dev.sources, datasets.tokenizer, 10**6)
-  shapes = set(translator.batch_shapes(inputs, config, 1))
+  shapes = set(batch_plan.batch_shapes(inputs, config, 1))
   assert len([n for _, n in run if 'search' in n]) == len(shapes) > 1
   assert [m['step'] for m in metrics if 'dev_bleu' in m] == [2, 4]

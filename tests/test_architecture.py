@@ -49,8 +49,8 @@ LAYERS = {
     # §5's loss, optimizer and step, checkpoints and §6.1's averaging
     'training': ['losses', 'optim', 'train_step', 'ahead', 'checkpoints', 'fine_tune'],
     # §6.1's beam search, BLEU and what uses them
-    'decoding': ['decode', 'sampling', 'translator', 'bleu', 'evaluate', 'attention_maps',
-                 'export'],
+    'decoding': ['decode', 'sampling', 'batch_plan', 'scoring', 'translator', 'bleu', 'evaluate',
+                 'attention_maps', 'export'],
 }
 # Over the layers: the loop that drives them all, Table 3's study of many runs (§6.2), the
 # command line; then the package __init__, which imports nothing of the project (every

@@ -12,7 +12,8 @@ import pytest
 from helpers import REORDERED_F32, TINY_CLI, CompileLog, run_process, tiny_config
 from t2t_jax import trainer
 from t2t_jax.decoding import bleu, evaluate
-from t2t_jax.decoding.translator import Translator, decoding_batches
+from t2t_jax.decoding.batch_plan import decoding_batches
+from t2t_jax.decoding.translator import Translator
 
 
 @pytest.fixture

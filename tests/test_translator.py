@@ -28,7 +28,7 @@ from helpers import (
   tiny_config,
 )
 from t2t_jax import Hypothesis, Translator
-from t2t_jax.decoding import translator
+from t2t_jax.decoding import batch_plan, translator
 from t2t_jax.decoding.decode import length_penalty
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import errors
@@ -415,14 +415,14 @@ def test_small_calls_meet_only_the_interactive_shapes():
     for max_rows in (1, 4, 16):
       small = dict(tokens_per_batch=config.decode_tokens_per_batch, num_devices=num_devices,
                    bucket_growth=config.decode_bucket_growth, max_rows=max_rows, max_length=40)
-      listed = translator.interactive_shapes(config, num_devices, max_rows=max_rows,
+      listed = batch_plan.interactive_shapes(config, num_devices, max_rows=max_rows,
                                              max_length=40)
       assert len(listed) == len(set(listed))
       for _ in range(100):
         lengths = rng.integers(1, 41, size=rng.integers(1, max_rows + 1))
-        met = {(rows, s) for _, rows, s in translator.decoding_batches(lengths, **small)}
+        met = {(rows, s) for _, rows, s in batch_plan.decoding_batches(lengths, **small)}
         assert met <= set(listed), (num_devices, max_rows, sorted(lengths))
-      [(_, rows, _)] = translator.decoding_batches([7], **small)
+      [(_, rows, _)] = batch_plan.decoding_batches([7], **small)
       assert rows == num_devices
 
 
@@ -468,9 +468,9 @@ def test_a_large_call_samples_alike_with_its_shapes_compiled_ahead(tiny_workdir,
   sampling's settings, and samples as a call that compiles each shape when met."""
   from t2t_jax.training import ahead
   # Two length buckets, over INTERACTIVE_ROWS sentences: two shapes of translate_ids' own.
-  sentences = ['5 6', '7 8 9 10 11 12 13 14 15'] * (translator.INTERACTIVE_ROWS // 2 + 1)
+  sentences = ['5 6', '7 8 9 10 11 12 13 14 15'] * (batch_plan.INTERACTIVE_ROWS // 2 + 1)
   inputs = translator.encode_inputs(sentences, loaded.tokenizer, loaded.max_input_length)[1]
-  assert len(set(translator.batch_shapes(inputs, loaded.config, loaded.mesh.size))) == 2
+  assert len(set(batch_plan.batch_shapes(inputs, loaded.config, loaded.mesh.size))) == 2
   expected = loaded.translate(sentences, **SAMPLED)
   monkeypatch.setattr(ahead, 'default_threads', lambda: 2)
   handler = CompileLog()
@@ -485,3 +485,56 @@ def test_a_large_call_samples_alike_with_its_shapes_compiled_ahead(tiny_workdir,
   # The first shape may be compiled by the call itself, which needs it at once.
   assert len(draws) == 2 and any(t.startswith('compile_ahead') for t in draws), draws
   assert got == expected
+
+
+# Forced scoring (scoring.py): Translator.score and --mode=score.
+
+
+def test_a_searched_output_scores_what_the_search_said(loaded):
+  """Scoring the beam search's own n-best hypotheses gives their search scores; each is
+  log P(Y|X) / lp(Y), recomputed independently (teacher_forced_score, float64)."""
+  lists = loaded.translate(SAME_LENGTH, n_best=3)
+  pairs = [(s, h) for s, hs in zip(SAME_LENGTH, lists, strict=True) if s for h in hs]
+  scored = loaded.score([s for s, _ in pairs], [h.text for _, h in pairs])
+  for (source, hypothesis), s in zip(pairs, scored, strict=True):
+    # Teacher-forced against the search's cached steps: another order of float32 sums.
+    assert s.score == pytest.approx(hypothesis.score, rel=REORDERED_F32, abs=1e-5)
+    assert s.score == pytest.approx(teacher_forced_score(loaded, source, hypothesis.text, 0.6),
+                                    abs=2e-4)
+    assert s.logprob == pytest.approx(sum(s.tokens), abs=1e-9)
+    assert len(s.tokens) == len(hypothesis.text.split()) + 1  # and the EOS
+  alpha_0 = loaded.score([pairs[0][0]], [pairs[0][1].text], alpha=0.0)[0]
+  assert alpha_0.score == pytest.approx(alpha_0.logprob)
+
+
+def test_an_ensemble_of_the_run_with_itself_scores_as_the_run(tiny_workdir, loaded):
+  itself = Translator.from_workdir(tiny_workdir, {'ensemble': tiny_workdir})
+  pairs = (['5 6 7', '11 12', ''], ['8 9', '3', '4 4'])
+  assert [s.score for s in itself.score(*pairs)] == pytest.approx(
+      [s.score for s in loaded.score(*pairs)], rel=REORDERED_F32)
+  with pytest.raises(errors.UserError, match='sources and targets: 3 and 2 sentences'):
+    loaded.score(pairs[0], pairs[1][:2])
+
+
+def test_score_mode_writes_a_score_a_line(cli, tiny_workdir, loaded, tmp_path):
+  (tmp_path / 'src').write_text('5 6 7\n11 12\n\n')
+  (tmp_path / 'ref').write_text('8 9 10\n3\n4\n')
+  args = [*TINY_CLI, f'--workdir={tiny_workdir}', '--mode=score',
+          f'--input={tmp_path / "src"}', f'--reference={tmp_path / "ref"}']
+  done = cli(*args)
+  assert done.returncode == 0, done.stderr[-3000:]
+  expected = loaded.score(['5 6 7', '11 12', ''], ['8 9 10', '3', '4'])
+  assert_printed(done.stdout.splitlines(), [s.score for s in expected], 6, rtol=REORDERED_F32)
+  detailed = cli(*args, '--per_token', f'--output={tmp_path / "out"}')
+  assert detailed.returncode == 0 and detailed.stdout == '', detailed.stderr[-3000:]
+  fields = [line.split(' ||| ') for line in (tmp_path / 'out').read_text().splitlines()]
+  assert [len(f[2].split()) for f in fields] == [4, 2, 2]  # tokens and EOS
+  assert_printed([f[1] for f in fields], [s.logprob for s in expected], 6, rtol=REORDERED_F32)
+  (tmp_path / 'short').write_text('8 9\n')
+  short = cli(*args[:-1], f'--reference={tmp_path / "short"}')
+  assert short.stderr.strip().splitlines()[-1] == (
+      f't2t_jax: error: --input={tmp_path / "src"} has 3 lines, --reference='
+      f'{tmp_path / "short"} 1: give a reference line for each input line')
+  none = cli(*args[:-1])
+  assert none.stderr.strip().splitlines()[-1].startswith(
+      't2t_jax: error: --mode=score needs --input=FILE (the sources) and --reference=FILE')

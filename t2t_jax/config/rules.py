@@ -27,7 +27,8 @@ from t2t_jax.platform import errors
 
 # main.py's --mode choices; only 'train' and 'eval' read config.dataset's text ('study' does
 # both, for each Table 3 row).
-MODES = ('train', 'params', 'average', 'translate', 'eval', 'attention', 'export', 'study')
+MODES = ('train', 'params', 'average', 'translate', 'score', 'eval', 'attention', 'export',
+         'study')
 DATASETS = ('tfds', 'files', 'demo', 'synthetic')
 # §5.1's length buckets, or whole pairs packed into rows of one length (data/packing.py).
 BATCHINGS = ('buckets', 'packed')

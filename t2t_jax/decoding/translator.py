@@ -45,9 +45,15 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from t2t_jax.config import recorded_run, rules
-from t2t_jax.data import batching, pipeline, sources
-from t2t_jax.data.tokenizer import PAD_ID
-from t2t_jax.decoding import decode, sampling
+from t2t_jax.data import pipeline, sources
+from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
+from t2t_jax.decoding import decode, sampling, scoring
+from t2t_jax.decoding.batch_plan import (
+  INTERACTIVE_ROWS,
+  batch_shapes,
+  decoding_batches,
+  interactive_shapes,
+)
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import errors, files
 from t2t_jax.platform import workdir as workdir_lib
@@ -76,69 +82,9 @@ class Sampling(NamedTuple):
 
 # Each device gets the numbers of its own rows of src; the rest is replicated.
 SAMPLING_SPECS = Sampling(P(AXIS), P(), P())
-# A call of at most this many sentences decodes in small batches of fixed shapes
-# (interactive_shapes), the ones Translator.compile_ahead compiles; --stream_lines' default.
-INTERACTIVE_ROWS = 16
 # Samples of a sentence (--n_best with sampling) are rows of its decoding batch, each as
 # large as a sentence of its own: more than this would outgrow any decoding batch.
 MAX_SAMPLES = 1024
-
-
-def decoding_batches(lengths: Sequence[int], *, tokens_per_batch: int, num_devices: int,
-                     bucket_growth: float, max_rows: int = 0, max_length: int = 0,
-                     ) -> Iterator[tuple[np.ndarray, int, int]]:
-  """(indices, rows, padded length) of each batch, shortest sentences first.
-
-  A bucket of padded length S always uses the same number of rows (tokens_per_batch / S,
-  at most max_rows if given, a multiple of num_devices); its last batch is filled up with
-  empty rows. With max_rows (a stream's, or a few sentences': small batches), a bucket
-  whose sentences fit one row a device gets one row a device, so that one sentence pays for
-  one row. The buckets are those up to max_length whatever the longest input: a fixed set
-  of shapes (`interactive_shapes` lists those of small batches), each a compilation of the
-  search, few with config.decode_bucket_growth's doubling lengths.
-  """
-  lengths = np.asarray(lengths)
-  grid = batching.bucket_lengths(max(int(lengths.max(initial=1)), max_length, 1),
-                                 bucket_growth)
-  padded = grid[np.searchsorted(grid, lengths)]
-  order = np.argsort(lengths, kind='stable')
-  for length in np.unique(padded):
-    members = order[padded[order] == length]
-    per_device = max(tokens_per_batch // int(length) // num_devices, 1)
-    if max_rows:  # small batches: no rows beyond what they have
-      per_device = 1 if len(members) <= num_devices else min(per_device,
-                                                             -(-max_rows // num_devices))
-    rows = per_device * num_devices
-    for start in range(0, len(members), rows):
-      yield members[start:start + rows], rows, int(length)
-
-
-def batch_shapes(token_ids: Sequence[Sequence[int]], config: ml_collections.ConfigDict,
-                 num_devices: int) -> list[tuple[int, int]]:
-  """The global (rows, S) of translate_ids's batches for these inputs, in decoding order:
-  the shapes its beam search is compiled for."""
-  batches = decoding_batches([len(t) for t in token_ids],
-                             tokens_per_batch=config.decode_tokens_per_batch,
-                             num_devices=num_devices, bucket_growth=config.decode_bucket_growth,
-                             max_length=config.max_decode_input_length)
-  return [(rows, length) for _, rows, length in batches]
-
-
-def interactive_shapes(config: ml_collections.ConfigDict, num_devices: int, *, max_rows: int,
-                       max_length: int) -> list[tuple[int, int]]:
-  """Every global (rows, S) decoding_batches gives with max_rows and max_length, whatever
-  the sentences: one row a device, then the most rows, for each bucket up to max_length;
-  the likeliest first (one sentence, short ones first)."""
-  grid = batching.bucket_lengths(max(max_length, 1), config.decode_bucket_growth)
-  shapes = []
-  for count in (1, max_rows + num_devices):  # a bucket's sentences: one, then more than fit
-    for length in grid:
-      [(_, rows, _), *_] = decoding_batches(
-          [int(length)] * count, tokens_per_batch=config.decode_tokens_per_batch,
-          num_devices=num_devices, bucket_growth=config.decode_bucket_growth,
-          max_rows=max_rows, max_length=max_length)
-      shapes.append((rows, int(length)))
-  return list(dict.fromkeys(shapes))
 
 
 def make_sharded_decoder(model_config: ModelConfig | decode.Ensemble,
@@ -335,6 +281,7 @@ class Translator:
     self.ensemble = [m._replace(params=jax.device_put(m.params, replicated(self.mesh)))
                      for m in load_ensemble(config, workdir, self.tokenizer)]
     self._decoders: dict[tuple, Decoder] = {}
+    self._scorer: scoring.Scorer | None = None  # made on score()'s first call
     self._pools: list[Any] = []  # compile_ahead's background threads, until close()
     with_others = ''.join(f' + {m.workdir}/{m.source}' for m in self.ensemble)
     logging.info('Decoding with the parameters of %s%s on %d device%s (%s).', self.source,
@@ -546,6 +493,28 @@ class Translator:
                   for row, s in zip(ids, score, strict=True) if np.isfinite(s)]
     return lists
 
+  def score(self, sources: Sequence[str], targets: Sequence[str], *,
+            alpha: float | None = None) -> list[scoring.Scored]:
+    """log P(target | source) of each given pair, as beam search scores an output
+    (scoring.py): a Scored each, in order, with `score` = log P / lp(Y) (α: alpha, default
+    config.beam_alpha), `logprob` = log P and each target token's log-probability. A
+    source over max_input_length sub-words is truncated, as translate truncates it."""
+    check_sentences(sources, 'sources')
+    check_sentences(targets, 'targets')
+    if len(sources) != len(targets):
+      raise errors.UserError(f'sources and targets: {len(sources)} and {len(targets)} '
+                             'sentences; give one target for each source')
+    check_settings('beam', alpha=alpha)
+    nonempty, encoded = encode_inputs(sources, self.tokenizer, self.max_input_length)
+    src = [[EOS_ID]] * len(sources)  # an empty source: EOS alone
+    for i, ids in zip(nonempty, encoded, strict=True):
+      src[i] = ids
+    if self._scorer is None:
+      self._scorer = scoring.make_scorer(self.decoding_config, self.mesh)
+    return scoring.score_ids(self._scorer, self.decoding_params, src,
+                             self.tokenizer.encode_batch(list(targets)), self.config, self.mesh,
+                             alpha=self.config.beam_alpha if alpha is None else alpha)
+
   def __call__(self, sentences: Sequence[str]) -> list[str]:
     return self.translate(sentences)
 
@@ -570,13 +539,13 @@ def describe_method(config: ml_collections.ConfigDict) -> str:
   return f'beam {config.beam_size}, alpha {config.beam_alpha:.2f}'
 
 
-def check_sentences(sentences: Any) -> None:
+def check_sentences(sentences: Any, name: str = 'sentences') -> None:
   """A str or a sequence of str (errors.UserError naming what was given)."""
   if isinstance(sentences, (bytes, bytearray)) or not isinstance(sentences, Sequence):
-    raise errors.UserError(f'sentences: a str or a list of str, got {type(sentences).__name__}')
+    raise errors.UserError(f'{name}: a str or a list of str, got {type(sentences).__name__}')
   for i, sentence in enumerate(sentences):
     if not isinstance(sentence, str):
-      raise errors.UserError(f'sentences[{i}]: a str, got {type(sentence).__name__}')
+      raise errors.UserError(f'{name}[{i}]: a str, got {type(sentence).__name__}')
 
 
 def check_settings(method: str, *, alpha: Any = None, temperature: Any = None, top_k: Any = None,
@@ -837,6 +806,29 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
   elif jax.process_index() == 0:
     sys.stdout.flush()
     sys.stdout.buffer.write(text.encode('utf-8'))  # UTF-8 whatever the locale's encoding
+    sys.stdout.buffer.flush()
+
+
+def run_score(config: ml_collections.ConfigDict, workdir: str, input_path: str,
+              reference_path: str, output_path: str | None, *, per_token: bool = False) -> None:
+  """--mode=score: each line of `reference_path` scored as the translation of the same line
+  of `input_path` (scoring.format_scores), to `output_path` (None = stdout)."""
+  if output_path is not None:
+    files.check_writable_file(output_path, 'the scores')
+  sources_, targets = sources.read_lines(input_path), sources.read_lines(reference_path)
+  if len(sources_) != len(targets):
+    raise errors.UserError(f'--input={input_path} has {len(sources_)} lines, '
+                           f'--reference={reference_path} {len(targets)}: give a reference '
+                           'line for each input line')
+  text = scoring.format_scores(Translator(config, workdir, mode='translate').score(
+      sources_, targets), per_token=per_token)
+  if jax.process_index() != 0:  # one copy, however many processes scored
+    return
+  if output_path is not None:
+    files.write_text(output_path, text)
+  else:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode('utf-8'))
     sys.stdout.buffer.flush()
 
 
