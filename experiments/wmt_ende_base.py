@@ -92,10 +92,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.beam_alpha = 0.6  # length penalty α, §6.1
   # 'beam' (§6.1), 'greedy' (beam search with one beam, whatever beam_size) or 'sample':
   # each token drawn from softmax(logits / sample_temperature) over the sample_top_k
-  # likeliest (0 = all), keyed by sample_seed and the sentence's line (back-translation)
+  # likeliest (0 = all), then over the fewest of those holding sample_top_p of the
+  # probability (nucleus sampling, Holtzman et al. 2020; 1.0 = all), keyed by sample_seed and
+  # the sentence's line (back-translation)
   config.decode_method = 'beam'
   config.sample_temperature = 1.0
   config.sample_top_k = 0
+  config.sample_top_p = 1.0
   config.sample_seed = 0
   # Other runs of the same vocabulary decoded with this one as an ensemble, 'DIR[:STEP],...'
   # (their average if any, else their newest checkpoint): the mean of the models'

@@ -195,6 +195,7 @@ BAD_VALUES = [
     ('log_every_steps', 0), ('eval_every_steps', -100), ('beam_size', 0), ('beam_alpha', -0.6),
     ('decode_method', 'top_p'), ('sample_temperature', 0.0), ('sample_temperature', -1.0),
     ('sample_temperature', float('inf')), ('beam_alpha', float('nan')),
+    ('sample_top_p', 0.0), ('sample_top_p', 1.5),
     ('sample_top_k', -1), ('sample_seed', -1), ('sample_seed', 2**32), ('ensemble', None),
     ('decode_extra_length', -1), ('decode_tokens_per_batch', 0), ('decode_bucket_growth', 0.5),
     ('max_decode_input_length', 0),

@@ -96,11 +96,12 @@ SOURCE = np.array([3, EOS], np.int32)
 OTHER = EXACT.replace(num_layers=2, d_model=8, d_ff=24, num_heads=1)
 
 
-def _exact_distribution(models, src_row, extra_length, temperature, top_k):
+def _exact_distribution(models, src_row, extra_length, temperature, top_k, top_p=1.0):
   """(outputs, P_sample of each, log P of each): each step's token has probability
   softmax(log P / T) over the top_k (0: all) of the tokens allowed (no PAD; at the limit
-  only EOS), log P the mean over `models` ((params, config) pairs) of their float64
-  log-softmax of fully re-decoded logits; log P(Y) sums the untempered log P."""
+  only EOS), then renormalised over the fewest largest whose probabilities add up to top_p,
+  log P the mean over `models` ((params, config) pairs) of their float64 log-softmax of
+  fully re-decoded logits; log P(Y) sums the untempered log P."""
   limit, vocab = output_limit(src_row, extra_length), EXACT.vocab_size
   outputs = [list(w) + [EOS] for n in range(limit)
              for w in itertools.product(range(EOS + 1, vocab), repeat=n)]
@@ -114,6 +115,12 @@ def _exact_distribution(models, src_row, extra_length, temperature, top_k):
   if top_k:  # the top_k largest of each step (no ties in random weights' log-probs)
     np.put_along_axis(allowed, np.argsort(-logp, axis=2)[:, :, top_k:], False, axis=2)
   step_p = np.exp(log_softmax64(np.where(allowed, logp / temperature, -np.inf)))
+  if top_p < 1:  # each step's nucleus: by probability, largest first, until top_p is reached
+    ranked = np.sort(step_p, axis=2)[:, :, ::-1]
+    before = np.cumsum(ranked, axis=2) - ranked  # the mass of the larger ones
+    smallest = np.where(before < top_p, ranked, np.inf).min(axis=2, keepdims=True)
+    step_p = np.where(step_p >= smallest, step_p, 0.0)
+    step_p /= step_p.sum(axis=2, keepdims=True)
   taken = lambda x: np.take_along_axis(x, targets[:, :, None], axis=2)[:, :, 0]  # noqa: E731
   real = np.arange(limit)[None] < np.array([len(o) for o in outputs])[:, None]  # [o, limit]
   return ([tuple(o) for o in outputs], np.where(real, taken(step_p), 1.0).prod(axis=1),
@@ -129,28 +136,32 @@ def _chi_square(counts, expected):
   return float(((observed - wanted)[keep] ** 2 / wanted[keep]).sum()), int(keep.sum()) - 1
 
 
-@pytest.mark.parametrize('temperature,top_k,ensemble', [
-    (1.0, 0, False), (0.6, 3, False), (1.7, 2, False), (1.2, 4, True)])
-def test_the_frequencies_of_samples_are_the_exact_distribution(temperature, top_k, ensemble):
+@pytest.mark.parametrize('temperature,top_k,ensemble,top_p', [
+    (1.0, 0, False, 1.0), (0.6, 3, False, 1.0), (1.7, 2, False, 1.0), (1.2, 4, True, 1.0),
+    (1.0, 0, False, 0.7), (1.5, 4, False, 0.8)])
+def test_the_frequencies_of_samples_are_the_exact_distribution(temperature, top_k, ensemble,
+                                                                top_p):
   """20,000 draws of one sentence against the exact probability of each of its 21 outputs:
   Pearson's χ² within 6 standard deviations of its mean (a miss of ~1e-9 by chance: the
-  draws are seeded, so the test is deterministic), no output drawn that the top-k excludes,
-  and every draw scored its untempered log P(Y|X)."""
+  draws are seeded, so the test is deterministic), no output drawn that the top-k or the
+  nucleus (top_p) excludes, and every draw scored its untempered log P(Y|X)."""
   models = [(model_params(EXACT, 4, embedding_scale=1.0), EXACT)]
   if ensemble:
     models.append((model_params(OTHER, 5, embedding_scale=1.0), OTHER))
   params, config = (tuple(p for p, _ in models), tuple(c for _, c in models)) if ensemble \
       else models[0]
   ids, scores = _sample(params, SOURCE[None], [3], 11, config=config, temperature=temperature,
-                        top_k=top_k, n_samples=DRAWS, extra_length=1)
-  outputs, probability, logp = _exact_distribution(models, SOURCE, 1, temperature, top_k)
+                        top_k=top_k, n_samples=DRAWS, extra_length=1, top_p=top_p)
+  outputs, probability, logp = _exact_distribution(models, SOURCE, 1, temperature, top_k,
+                                                   top_p)
   position = {output: i for i, output in enumerate(outputs)}
   drawn = np.array([position[tuple(trim(row))] for row in ids[0]])  # KeyError: no output
   counts = np.bincount(drawn, minlength=len(outputs))
   assert probability.sum() == pytest.approx(1.0)
   assert not counts[probability == 0].any()
-  # The top-k leaves out some of the 5 tokens but PAD (else nothing), and no output dominates.
-  assert (probability == 0).any() == (top_k > 0) and probability.max() < 0.5
+  # The top-k or nucleus leaves out some of the 5 tokens but PAD (else nothing), and no output
+  # dominates.
+  assert (probability == 0).any() == (top_k > 0 or top_p < 1) and probability.max() < 0.5
   statistic, df = _chi_square(counts, DRAWS * probability)
   assert statistic < df + 6 * np.sqrt(2 * df), (statistic, df)
   np.testing.assert_allclose(scores[0], logp[drawn], rtol=1e-4, atol=1e-5)

@@ -293,6 +293,8 @@ def test_samples_are_keyed_by_line_not_by_batch(loaded):
     (dict(temperature=0.7), r"temperature=0.7: only sampling \(method='sample'\) has it; "
                             r"method='beam' would ignore it"),
     (dict(method='greedy', top_k=5), r"top_k=5: only sampling .*method='greedy' would ignore"),
+    (dict(top_p=0.9), r"top_p=0.9: only sampling .*method='beam' would ignore"),
+    (dict(method='sample', top_p=1.5), r'top_p=1.5: must be a number in \(0, 1\]'),
     (dict(max_rows=-1), r'max_rows=-1: must be an integer ≥ 0'),
     (dict(sentences=None), r'sentences: a str or a list of str, got NoneType'),
     (dict(sentences=5), r'sentences: a str or a list of str, got int'),

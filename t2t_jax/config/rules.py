@@ -83,6 +83,8 @@ POSITIVE_INT = int_at_least(1)
 POSITIVE_NUMBER = Rule('a finite number > 0', lambda v: _is_number(v) and v > 0)
 FRACTION = Rule('in [0, 1)', lambda v: _is_number(v) and 0 <= v < 1)  # ε_ls, β1, β2, P_drop
 BOOL = Rule('True or False', lambda v: isinstance(v, bool))
+TOP_P = Rule('a number in (0, 1] (1 = the whole vocabulary)',
+             lambda v: _is_number(v) and 0 < v <= 1)
 # numpy's seeding refuses negative seeds and jax.random.PRNGKey anything past int64.
 SEED = Rule('an integer in [0, 2**63)', lambda v: _is_int(v) and 0 <= v < 2**63)
 # jax.random.PRNGKey keeps the low 32 bits of a seed (without jax_enable_x64): larger ones
@@ -143,6 +145,7 @@ RULES: dict[str, Rule] = {
     'decode_method': one_of(*DECODE_METHODS),
     'sample_temperature': POSITIVE_NUMBER,
     'sample_top_k': int_at_least(0, ' (0 = the whole vocabulary)'),
+    'sample_top_p': TOP_P,
     'sample_seed': SAMPLE_SEED,
     'ensemble': text(" (other runs' DIR or DIR:STEP, comma-separated; '' = none)",
                      empty_ok=True),

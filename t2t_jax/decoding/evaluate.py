@@ -50,7 +50,8 @@ def method_name(translator: Translator, config: ml_collections.ConfigDict) -> st
   """The search in an eval folder's name: 'beam4-alpha0.6' (greedy: 'beam1-alpha0.6', the
   same search), 'sample-T1-top0-seed0', then '-ensemble3' for three models."""
   if config.decode_method == 'sample':
-    name = (f'sample-T{config.sample_temperature:g}-top{config.sample_top_k}'
+    nucleus = f'-p{config.sample_top_p:g}' if config.sample_top_p < 1 else ''
+    name = (f'sample-T{config.sample_temperature:g}-top{config.sample_top_k}{nucleus}'
             f'-seed{config.sample_seed}')
   else:
     beam = 1 if config.decode_method == 'greedy' else config.beam_size
@@ -68,7 +69,8 @@ def decoding_settings(translator: Translator, config: ml_collections.ConfigDict,
     settings['decode_method'] = config.decode_method
   if config.decode_method == 'sample':
     settings.update(sample_temperature=config.sample_temperature,
-                    sample_top_k=config.sample_top_k, sample_seed=config.sample_seed)
+                    sample_top_k=config.sample_top_k, sample_top_p=config.sample_top_p,
+                    sample_seed=config.sample_seed)
   if translator.ensemble:
     settings['ensemble'] = [{'workdir': m.workdir, 'params': m.source, 'covers': m.covers}
                             for m in translator.ensemble]

@@ -2,7 +2,9 @@
 decodes by beam search, §6.1; back-translation samples its synthetic sources so).
 
 At step t the next token of an output is drawn from softmax(log P(· | y_<t, X) / T) over the
-top_k likeliest tokens (top_k = 0: the whole vocabulary), T the temperature. log P is the
+top_k likeliest tokens (top_k = 0: the whole vocabulary), T the temperature, then, with
+top_p < 1, over the fewest of those whose probabilities (the tempered ones) add up to top_p
+(nucleus sampling, Holtzman et al. 2020), renormalised. log P is the
 model's, or an ensemble's mean of its members' (decode.ensemble_steps). Otherwise the rules
 of beam search (decode.py): PAD is never drawn, only EOS may follow at the sentence's limit
 (its input length + extra, §6.1), and an output ends at its EOS.
@@ -59,24 +61,38 @@ def row_keys(key: Array, index: Array, n_samples: int) -> Array:
 
 
 def choose(keys: Array, logp: Array, temperature: float | Array, top_k: int,
-           top_k_fn: Any = lax.top_k) -> Array:
+           top_k_fn: Any = lax.top_k, top_p: float = 1.0) -> Array:
   """[r] tokens, each drawn from softmax(logp / T) over its row's top_k (0: all) of logp
-  [r, v]. `top_k_fn`: the hardware form of lax.top_k (kernels.Kernels.top_k)."""
+  [r, v], then over the nucleus of mass top_p of those (1.0: all). `top_k_fn`: the hardware
+  form of lax.top_k (kernels.Kernels.top_k)."""
   if not top_k:
-    return jax.vmap(jax.random.categorical)(keys, logp / temperature)
+    return jax.vmap(jax.random.categorical)(keys, nucleus(logp / temperature, top_p))
   # Drawing among the k largest alone: exactly k candidates, ties taken as lax.top_k does.
   values, tokens = top_k_fn(logp, top_k)  # [r, k]
-  chosen = jax.vmap(jax.random.categorical)(keys, values / temperature)  # [r]
+  chosen = jax.vmap(jax.random.categorical)(keys, nucleus(values / temperature, top_p))  # [r]
   return jnp.take_along_axis(tokens, chosen[:, None], axis=1)[:, 0]
 
 
+def nucleus(logits: Array, top_p: float) -> Array:
+  """logits [r, n] with -inf outside each row's nucleus: the fewest largest whose
+  probabilities (softmax of the row) add up to top_p (the largest always; 1.0: all)."""
+  if top_p >= 1.0:
+    return logits
+  order = jnp.argsort(-logits, axis=-1, stable=True)  # [r, n] largest first
+  ranked = jnp.take_along_axis(logits, order, axis=-1)
+  probs = jax.nn.softmax(ranked, axis=-1)
+  inside = jnp.cumsum(probs, axis=-1) - probs < top_p  # the mass before it: short of top_p
+  keep = jnp.zeros_like(inside).at[jnp.arange(logits.shape[0])[:, None], order].set(inside)
+  return jnp.where(keep, logits, -jnp.inf)
+
+
 def _draw(draws: Draws, logp: Array, keys: Array, *, temperature: float | Array, top_k: int,
-          eos_id: int, top_k_fn: Any) -> Draws:
+          eos_id: int, top_k_fn: Any, top_p: float) -> Draws:
   """One step: every unfinished row draws its next token from logp [r, v]; a finished one
   adds PAD and nothing to its score."""
   t = draws.step
   step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, t)  # [r]
-  tokens = choose(step_keys, logp, temperature, top_k, top_k_fn)  # [r]
+  tokens = choose(step_keys, logp, temperature, top_k, top_k_fn, top_p)  # [r]
   tokens = jnp.where(draws.done, PAD_ID, tokens)
   token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=1)[:, 0]  # [r]
   seqs = lax.dynamic_update_index_in_dim(draws.seqs, tokens[:, None], t + 1, axis=1)
@@ -108,7 +124,7 @@ def draw(params: Any, src: Array, index: Array, key: Array, *,
          config: ModelConfig | decode.Ensemble, temperature: float | Array = 1.0,
          top_k: int = 0, n_samples: int | None = None, extra_length: int = 50,
          eos_id: int = EOS_ID, use_cache: bool = True, banned_ids: tuple[int, ...] = (),
-         ) -> tuple[Array, Array]:
+         top_p: float = 1.0) -> tuple[Array, Array]:
   """Samples of each sentence of src [b, s] (0-padded), the module docstring's; not jitted.
 
   index [b]: each sentence's number in the input (its keys'); key: PRNGKey(seed). Returns
@@ -119,9 +135,10 @@ def draw(params: Any, src: Array, index: Array, key: Array, *,
   """
   vocab_size = decode.members(config)[0].vocab_size
   if not 0 <= top_k <= vocab_size or extra_length < 0 or (n_samples is not None
-                                                          and n_samples < 1):
-    raise ValueError(f'top_k must be in [0, vocab_size = {vocab_size}], extra_length ≥ 0 and '
-                     f'n_samples ≥ 1, got {top_k}, {extra_length}, {n_samples}')
+                                                          and n_samples < 1) or not 0 < top_p <= 1:
+    raise ValueError(f'top_k must be in [0, vocab_size = {vocab_size}], extra_length ≥ 0, '
+                     f'n_samples ≥ 1 and top_p in (0, 1], got {top_k}, {extra_length}, '
+                     f'{n_samples}, {top_p}')
   n = n_samples or 1
   b = src.shape[0]
   src = jnp.repeat(jnp.asarray(src, jnp.int32), n, axis=0)  # [r, s]: row i·n + j
@@ -136,7 +153,7 @@ def draw(params: Any, src: Array, index: Array, key: Array, *,
                 carry=steps.carry)
   draws = _run(draws, steps, limits, lengths, row_keys(key, index, n), banned_ids,
                temperature=temperature, top_k=top_k, eos_id=eos_id,
-               top_k_fn=decode.members(config)[0].forms.top_k)
+               top_k_fn=decode.members(config)[0].forms.top_k, top_p=top_p)
   ids, scores = draws.seqs[:, 1:].reshape(b, n, max_len), draws.logprob.reshape(b, n)
   if n_samples is None:
     return ids[:, 0], scores[:, 0]
@@ -148,13 +165,13 @@ def draw(params: Any, src: Array, index: Array, key: Array, *,
 # The temperature and key are traced, not static: another temperature or seed needs no
 # recompilation.
 @functools.partial(jax.jit, static_argnames=('config', 'top_k', 'n_samples', 'extra_length',
-                                             'eos_id', 'use_cache', 'banned_ids'))
+                                             'eos_id', 'use_cache', 'banned_ids', 'top_p'))
 def sample(params: Any, src: Array, index: Array, key: Array, *,
            config: ModelConfig | decode.Ensemble, temperature: float | Array = 1.0,
            top_k: int = 0, n_samples: int | None = None, extra_length: int = 50,
            eos_id: int = EOS_ID, use_cache: bool = True, banned_ids: tuple[int, ...] = (),
-           ) -> tuple[Array, Array]:
+           top_p: float = 1.0) -> tuple[Array, Array]:
   """`draw` in one compiled call, compiled once per (b, s) and set of static arguments."""
   return draw(params, src, index, key, config=config, temperature=temperature, top_k=top_k,
               n_samples=n_samples, extra_length=extra_length, eos_id=eos_id,
-              use_cache=use_cache, banned_ids=banned_ids)
+              use_cache=use_cache, banned_ids=banned_ids, top_p=top_p)

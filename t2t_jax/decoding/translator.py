@@ -91,13 +91,14 @@ def make_sharded_decoder(model_config: ModelConfig | decode.Ensemble,
                          config: ml_collections.ConfigDict, mesh: Mesh, *,
                          beam_size: int | None = None, n_best: int | None = None,
                          method: str = 'beam', top_k: int | None = None,
-                         vocabulary: Any = None) -> Decoder:
+                         top_p: float | None = None, vocabulary: Any = None) -> Decoder:
   """(params, src [rows, S], settings) -> (ids [rows, T], scores [rows]), each device on its
   own rows; with n_best=n, ids [rows, n, T] and scores [rows, n].
 
   method 'beam' (beam_size defaults to config.beam_size) and 'greedy' (one beam) take α as
   settings, an argument, not a constant: another α needs no recompilation. 'sample' takes a
-  Sampling and draws n_best samples (top_k defaults to config.sample_top_k). model_config
+  Sampling and draws n_best samples (top_k and top_p default to config.sample_top_k and
+  sample_top_p). model_config
   and the params may be an ensemble's tuples (decode.search). `vocabulary`'s banned_ids
   (pieces that decode to no text) are never emitted; None bans PAD alone.
   """
@@ -109,6 +110,7 @@ def make_sharded_decoder(model_config: ModelConfig | decode.Ensemble,
       return sampling.draw(params, src, settings.index, settings.key, config=model_config,
                            temperature=settings.temperature,
                            top_k=config.sample_top_k if top_k is None else top_k,
+                           top_p=config.sample_top_p if top_p is None else top_p,
                            n_samples=n_best, extra_length=config.decode_extra_length,
                            banned_ids=banned(True))
     return shard_rows(draw, mesh, SAMPLING_SPECS)
@@ -326,29 +328,33 @@ class Translator:
     return max_input_length(self.decoding_config, self.config)
 
   def decoder(self, beam_size: int | None = None, n_best: int | None = None, *,
-              method: str | None = None, top_k: int | None = None) -> Decoder:
+              method: str | None = None, top_k: int | None = None,
+              top_p: float | None = None) -> Decoder:
     """The sharded search of `method` (default config.decode_method) for this beam size
-    (default config.beam_size; greedy: 1) or sampling's top_k (default config.sample_top_k),
-    and n-best, compiled once per input shape and kept."""
-    key = self._decoder_key(beam_size, n_best, method, top_k)
+    (default config.beam_size; greedy: 1) or sampling's top_k and top_p (default
+    config.sample_top_k and sample_top_p), and n-best, compiled once per input shape and
+    kept."""
+    key = self._decoder_key(beam_size, n_best, method, top_k, top_p)
     if key not in self._decoders:
       self._decoders[key] = make_sharded_decoder(
           self.decoding_config, self.config, self.mesh, method=key[0], beam_size=key[1],
-          n_best=n_best, top_k=key[3], vocabulary=self.tokenizer)
+          n_best=n_best, top_k=key[3], top_p=key[4], vocabulary=self.tokenizer)
     return self._decoders[key]
 
   def _decoder_key(self, beam_size: int | None, n_best: int | None, method: str | None,
-                   top_k: int | None) -> tuple:
-    """(method, beam size, n-best, top-k) of a decoder, the defaults resolved."""
+                   top_k: int | None, top_p: float | None = None) -> tuple:
+    """(method, beam size, n-best, top-k, top-p) of a decoder, the defaults resolved."""
     method = method or self.config.decode_method
     if method == 'sample':
-      return (method, None, n_best, self.config.sample_top_k if top_k is None else top_k)
+      return (method, None, n_best, self.config.sample_top_k if top_k is None else top_k,
+              self.config.sample_top_p if top_p is None else float(top_p))
     return (method, 1 if method == 'greedy' else beam_size or self.config.beam_size, n_best,
-            None)
+            None, None)
 
   def compile_ahead(self, *, max_rows: int = INTERACTIVE_ROWS, threads: int | None = None,
                     wait: bool = True, method: str | None = None, beam_size: int | None = None,
-                    n_best: int | None = None, top_k: int | None = None) -> ahead.Precompiled:
+                    n_best: int | None = None, top_k: int | None = None,
+                    top_p: float | None = None) -> ahead.Precompiled:
     """Compiles the decoder of these settings (translate's arguments) for every shape a
     call of at most `max_rows` sentences can meet (interactive_shapes: each length bucket up
     to max_input_length, with one row a device and with max_rows), the likeliest first, on
@@ -363,8 +369,8 @@ class Translator:
     check_search(method or self.config.decode_method, beam_size, n_best, self.config)
     if not rules.POSITIVE_INT.test(max_rows):
       raise errors.UserError(f'max_rows={max_rows!r}: must be a positive integer')
-    key = self._decoder_key(beam_size, n_best, method, top_k)
-    decoder = self.decoder(beam_size, n_best, method=method, top_k=top_k)
+    key = self._decoder_key(beam_size, n_best, method, top_k, top_p)
+    decoder = self.decoder(beam_size, n_best, method=method, top_k=top_k, top_p=top_p)
     if isinstance(decoder, ahead.Precompiled):
       return decoder
     shapes = interactive_shapes(self.config, self.mesh.size, max_rows=max_rows,
@@ -401,7 +407,8 @@ class Translator:
   def translate(self, sentences: Sequence[str] | str, *, method: str | None = None,
                 beam_size: int | None = None, alpha: float | None = None,
                 n_best: int | None = None, temperature: float | None = None,
-                top_k: int | None = None, seed: int | None = None, first_line: int = 1,
+                top_k: int | None = None, top_p: float | None = None,
+                seed: int | None = None, first_line: int = 1,
                 max_rows: int = 0, show_progress: bool = True,
                 ) -> list[str] | list[list[Hypothesis]] | str | list[Hypothesis]:
     """Translations of `sentences`, in order, by beam search (§6.1), greedy decoding or
@@ -409,8 +416,9 @@ class Translator:
 
     Each is a str; with n_best=n, a list of up to n Hypothesis, best first: the n best of
     the search (1 ≤ n ≤ beam size; greedy: 1), or n samples. beam_size and alpha default to
-    config.beam_size and config.beam_alpha (4 and 0.6, §6.1); temperature, top_k and seed to
-    config.sample_temperature, sample_top_k and sample_seed. One str in gives one
+    config.beam_size and config.beam_alpha (4 and 0.6, §6.1); temperature, top_k, top_p and
+    seed to config.sample_temperature, sample_top_k, sample_top_p and sample_seed. One str in
+    gives one
     translation (or list) out. first_line numbers the sentences in warnings and keys their
     samples (sentence i: first_line - 1 + i). max_rows caps a decoding batch's rows and
     makes its shape one of interactive_shapes' (streams); a call of at most
@@ -422,15 +430,16 @@ class Translator:
     method = method or self.config.decode_method
     check_sentences(sentences)
     check_search(method, beam_size, n_best, self.config)
-    check_settings(method, alpha=alpha, temperature=temperature, top_k=top_k, seed=seed,
-                   max_rows=max_rows)
+    check_settings(method, alpha=alpha, temperature=temperature, top_k=top_k, top_p=top_p,
+                   seed=seed, max_rows=max_rows)
     nonempty, inputs = encode_inputs(sentences, self.tokenizer, self.max_input_length,
                                      first_line=first_line)
-    draws = (self._sampling([first_line - 1 + i for i in nonempty], temperature, top_k, seed)
+    draws = (self._sampling([first_line - 1 + i for i in nonempty], temperature, top_k, seed,
+                            top_p)
              if method == 'sample' else None)
     if not max_rows and len(inputs) <= INTERACTIVE_ROWS:
       max_rows = INTERACTIVE_ROWS  # a few sentences: small batches, not 4096 tokens' worth
-    decoder = self.decoder(beam_size, n_best, method=method, top_k=top_k)
+    decoder = self.decoder(beam_size, n_best, method=method, top_k=top_k, top_p=top_p)
     with self._shapes_ahead(decoder, [] if max_rows else inputs, method) as decoder:
       outputs, scores = translate_ids(
           decoder, self.decoding_params, inputs, self.config, self.mesh, alpha=alpha,
@@ -459,14 +468,15 @@ class Translator:
                            settings=self._abstract_sampling if method == 'sample' else None)
 
   def _sampling(self, numbers: list[int], temperature: float | None, top_k: int | None,
-                seed: int | None) -> Sampling:
+                seed: int | None, top_p: float | None = None) -> Sampling:
     """The settings of a sampling decoder for inputs of these `numbers`, each argument
     checked as its config key is (None: the config's)."""
     config = self.config
     temperature = config.sample_temperature if temperature is None else temperature
     seed = config.sample_seed if seed is None else seed
     for name, key, value in (('temperature', 'sample_temperature', temperature),
-                             ('top_k', 'sample_top_k', top_k), ('seed', 'sample_seed', seed)):
+                             ('top_k', 'sample_top_k', top_k), ('seed', 'sample_seed', seed),
+                             ('top_p', 'sample_top_p', top_p)):
       rule = rules.RULES[key]
       if value is not None and not rule.test(value):
         raise errors.UserError(f'{name}={value!r}: must be {rule.allowed} (as config.{key})')
@@ -533,7 +543,8 @@ def describe_method(config: ml_collections.ConfigDict) -> str:
   0.60' or 'sampling, temperature 1, top-k all, seed 0'."""
   if config.decode_method == 'sample':
     return (f'sampling, temperature {config.sample_temperature:g}, top-k '
-            f'{config.sample_top_k or "all"}, seed {config.sample_seed}')
+            f'{config.sample_top_k or "all"}, top-p {config.sample_top_p:g}, seed '
+            f'{config.sample_seed}')
   if config.decode_method == 'greedy':
     return f'greedy (beam 1), alpha {config.beam_alpha:.2f}'
   return f'beam {config.beam_size}, alpha {config.beam_alpha:.2f}'
@@ -549,14 +560,15 @@ def check_sentences(sentences: Any, name: str = 'sentences') -> None:
 
 
 def check_settings(method: str, *, alpha: Any = None, temperature: Any = None, top_k: Any = None,
-                   seed: Any = None, max_rows: Any = 0) -> None:
+                   top_p: Any = None, seed: Any = None, max_rows: Any = 0) -> None:
   """The Python API's search settings: alpha a number ≥ 0 (as config.beam_alpha), sampling's
   settings only when sampling (never silently ignored), max_rows ≥ 0 (0: no cap)."""
   if alpha is not None and not rules.RULES['beam_alpha'].test(alpha):
     raise errors.UserError(f'alpha={alpha!r}: must be {rules.RULES["beam_alpha"].allowed} '
                            '(as config.beam_alpha)')
   if method != 'sample':
-    for name, value in (('temperature', temperature), ('top_k', top_k), ('seed', seed)):
+    for name, value in (('temperature', temperature), ('top_k', top_k), ('top_p', top_p),
+                        ('seed', seed)):
       if value is not None:
         raise errors.UserError(f"{name}={value!r}: only sampling (method='sample') has it; "
                                f'method={method!r} would ignore it')
