@@ -700,7 +700,8 @@ def check_same_vocabulary(config: ml_collections.ConfigDict, member: ml_collecti
 # ------------------------------------------------------------------ --mode=translate
 
 # --n_best=K output: K lines per input line, `INDEX ||| TRANSLATION ||| SCORE`, INDEX the
-# input line's number counted from 0 (Moses' and Marian's n-best format), best first.
+# input line's number counted from 0, best first: Moses' and Marian's n-best fields without
+# their third, the features.
 NBEST_SEPARATOR = ' ||| '
 
 
