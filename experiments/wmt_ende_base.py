@@ -17,14 +17,14 @@ def get_config() -> ml_collections.ConfigDict:
   config.tfds_data_dir = ''  # '' = the tfds default (~/tensorflow_datasets)
   config.tfds_manual_dir = ''  # folder with manually downloaded WMT archives
   config.source_lang = 'en'  # EN→DE, §6.1
-  config.target_lang = 'de'
-  config.train_split = 'train'
+  config.target_lang = 'de'  # the language translated into
+  config.train_split = 'train'  # the tfds split trained on
   config.dev_split = 'validation'  # newstest2013, §6.2
   config.test_split = 'test'  # newstest2014, §6.1
   # dataset='files': PREFIX, reading PREFIX.<source_lang> and PREFIX.<target_lang>
   config.train_files = ''
-  config.dev_files = ''
-  config.test_files = ''
+  config.dev_files = ''  # dataset='files': the dev set's PREFIX (newstest2013's role)
+  config.test_files = ''  # dataset='files': the test set's PREFIX (--mode=eval)
   config.vocab_size = 37000  # shared source-target BPE vocabulary, §5.1
   config.vocab_sample_sentences = 2_000_000  # sentences (both sides) to train SentencePiece on
   config.max_length = 256  # sub-word tokens per side; longer pairs are dropped (and counted)
@@ -33,12 +33,12 @@ def get_config() -> ml_collections.ConfigDict:
   # with these buckets 92.6% of slots hold real tokens (benchmarks/compilation.py on the WMT
   # sample), so 27000 slots carry ~25000 real tokens a side.
   config.tokens_per_batch = 27000
-  config.eval_tokens_per_batch = 8192
+  config.eval_tokens_per_batch = 8192  # padded tokens a side per dev-loss batch
   # Padded lengths: multiples of 4 growing ~10% a bucket. The shorter side of a
   # pair sits at most `bucket_band` buckets below the longer one (0 = pad both to
   # the longer, as tensor2tensor): larger = less padding, more compiled shapes.
   config.bucket_growth = 1.1
-  config.bucket_band = 2
+  config.bucket_band = 2  # buckets the shorter side may sit below the longer
   # 'buckets' (§5.1, above) or 'packed': whole pairs side by side in rows of pack_length
   # tokens (the other side its share), each attending to itself alone (t2t_jax/data/
   # packing.py): one batch shape a run, so one compilation. 'auto': packed on GPU and TPU,
@@ -46,7 +46,7 @@ def get_config() -> ml_collections.ConfigDict:
   # (rules.batching_of). Rows of max_length tokens on the longer side: only pairs longer
   # than the other side's rows are left out (counted; one in ~10^4 on the WMT sample).
   config.batching = 'auto'
-  config.pack_length = 256
+  config.pack_length = 256  # batching='packed': tokens a row, on the longer side
 
   # ----- Model (§3; Table 3 "base") -----
   config.model = ml_collections.ConfigDict()
@@ -56,7 +56,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.num_heads = 8  # h, §3.2.2
   # d_k = d_v = d_model / h = 64 (§3.2.2) when unset; Table 3 row (B) sets d_k alone.
   config.model.d_k = config_dict.placeholder(int)
-  config.model.d_v = config_dict.placeholder(int)
+  config.model.d_v = config_dict.placeholder(int)  # unset: d_model / h (§3.2.2)
   config.model.dropout_rate = 0.1  # P_drop, §5.4
   config.model.positional = 'sinusoidal'  # §3.5; 'learned' is Table 3 row (E)
   config.model.max_len = 512  # longest position a learned embedding covers
@@ -78,13 +78,18 @@ def get_config() -> ml_collections.ConfigDict:
   config.adam_beta2 = 0.98  # §5.3
   config.adam_eps = 1e-9  # §5.3
   config.learning_rate_scale = 1.0  # multiplies d_model^-0.5 · min(...) (§5.3 is 1.0)
+  # 'warmup_rsqrt' is §5.3's. Fine-tuning (init_from) needs no warm-up: 'rsqrt' starts at
+  # learning_rate (0 = §5.3's peak) and decays as §5.3's does after its peak; 'constant'
+  # keeps learning_rate (training/optim.py).
+  config.lr_schedule = 'warmup_rsqrt'
+  config.learning_rate = 0.0  # lr_schedule 'rsqrt' or 'constant': the rate at the first step
   # k > 1: each update sums the gradients of k micro-batches of every device's rows, one
   # after another: the paper's update of ~25k source + ~25k target tokens in all (§5.1),
   # spread over its 8 GPUs (§5.2), on fewer or smaller accelerators (activation memory of
   # one micro-batch), the same update as k = 1.
   config.grad_accum_steps = 1
-  config.seed = 0
-  config.log_every_steps = 100
+  config.seed = 0  # parameters' initialisation, dropout and the data order
+  config.log_every_steps = 100  # train loss, rate and ETA to the log and TensorBoard
   config.eval_every_steps = 1000  # dev loss and perplexity on newstest2013
 
   # ----- Decoding and BLEU (§6.1) -----
@@ -96,14 +101,16 @@ def get_config() -> ml_collections.ConfigDict:
   # probability (nucleus sampling, Holtzman et al. 2020; 1.0 = all), keyed by sample_seed and
   # the sentence's line (back-translation)
   config.decode_method = 'beam'
-  config.sample_temperature = 1.0
-  config.sample_top_k = 0
-  config.sample_top_p = 1.0
-  config.sample_seed = 0
+  config.sample_temperature = 1.0  # decode_method='sample': T (above)
+  config.sample_top_k = 0  # decode_method='sample': the k likeliest only (0 = all)
+  config.sample_top_p = 1.0  # decode_method='sample': nucleus p (1.0 = all)
+  config.sample_seed = 0  # decode_method='sample': the draws' seed
   # Other runs of the same vocabulary decoded with this one as an ensemble, 'DIR[:STEP],...'
   # (their average if any, else their newest checkpoint): the mean of the models'
   # log-probabilities at each step. Not the paper's; '' = this run alone.
   config.ensemble = ''
+  # The models' log-probabilities weighted by these, this run's first ('' = their mean).
+  config.ensemble_weights = ''
   config.decode_extra_length = 50  # maximum output length = input length + 50, §6.1
   config.decode_tokens_per_batch = 4096  # padded source tokens per decoding batch
   # Decoding batches' padded source lengths double from one bucket to the next (4, 8, 16, ...,
@@ -126,6 +133,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.keep_checkpoints = 20  # enough to average the last 20 (big)
   config.average_last = 5  # §6.1: base averages the last 5 checkpoints
   config.average_allow_fewer = False  # True: average what exists (with a warning)
+  # 'last' is §6.1's; 'best': the average_last checkpoints of lowest dev loss (those at steps
+  # where training evaluated the dev set, config.eval_every_steps).
+  config.average_select = 'last'
   # Compiled steps kept on disk for later runs, restarts, eval and translate ('' = off).
   config.compilation_cache_dir = '~/.cache/t2t_jax/xla'
   # Compile the train and dev-loss steps for every batch shape the epoch will meet in
@@ -142,6 +152,7 @@ def get_config() -> ml_collections.ConfigDict:
   # a fresh optimizer and schedule. Not the paper's; '' = from a random initialisation.
   config.init_from = ''
   # Parameters for eval/translate/attention: 'auto' = averaged/ if it exists, else the
-  # latest checkpoint; 'averaged' or 'checkpoint' to choose.
+  # latest checkpoint; 'averaged' or 'checkpoint' to choose; 'best' = the checkpoint of
+  # lowest dev loss (of those at steps where training evaluated the dev set).
   config.decode_params = 'auto'
   return config

@@ -1,6 +1,9 @@
 """Command line: `t2t-jax --config=FILE --workdir=DIR [--mode=MODE]` (the same as
 `python -m t2t_jax.main ...` and `python -m t2t_jax ...`).
 
+`--mode=help` lists every --config.KEY with its value and what it does (of --config, of
+the run recorded in --workdir, or of experiments/wmt_ende_base.py).
+
 Parses flags and dispatches; the work happens in the modules named for each mode.
 """
 from __future__ import annotations
@@ -21,7 +24,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from t2t_jax import study, trainer
-from t2t_jax.config import command_line, recorded_run, rules
+from t2t_jax.config import command_line, key_help, loading, recorded_run, rules
 from t2t_jax.decoding import attention_maps, evaluate, export, translator
 from t2t_jax.model.transformer import ModelConfig, init_param_count
 from t2t_jax.platform import distributed, errors, quiet, xla
@@ -56,10 +59,11 @@ flags.DEFINE_integer('n_best', None, 'translate: write the K best translations o
                      'as lines `LINE ||| TRANSLATION ||| SCORE` (LINE counted from 0, best '
                      'first; K ≤ config.beam_size), or K samples with '
                      'config.decode_method=sample.', lower_bound=1)
-flags.DEFINE_integer('stream_lines', 16, 'translate --input=-: the most lines decoded '
-                     'together as they arrive.', lower_bound=1)
-flags.DEFINE_float('stream_wait', 0.1, 'translate --input=-: seconds a batch waits for more '
-                   'lines after its first one arrives.', lower_bound=0)
+flags.DEFINE_integer('stream_lines', 16, 'translate --input=-: a batch of at most this many '
+                     'lines (typed ones) is decoded in small shapes compiled ahead; more (a '
+                     'pipe\'s), length-sorted as a file is.', lower_bound=1)
+flags.DEFINE_float('stream_wait', 0.1, 'translate --input=-: seconds a batch takes the lines '
+                   'that arrive after its first one.', lower_bound=0)
 flags.DEFINE_list('layers', None, 'attention: the layers to plot, e.g. 0,5 (default: all).')
 flags.DEFINE_list('rows', None, 'study: the rows of the study file (experiments/table3.py) to '
                   'train and evaluate, e.g. A_h1,A_h4,B_dk16 (default: every row).')
@@ -111,6 +115,9 @@ def _dispatch() -> None:
   if FLAGS.distributed:  # before anything starts a JAX backend (dtype 'auto' may)
     distributed.initialize(heartbeat_timeout_s=FLAGS.distributed_timeout,
                            start_timeout_s=FLAGS.distributed_start_timeout)
+  if FLAGS.mode == 'help':
+    print(_key_help(), end='')
+    return
   if FLAGS.rows is not None and FLAGS.mode != 'study':
     raise errors.UserError(f'--rows: only --mode=study has rows, not --mode={FLAGS.mode}')
   if FLAGS.rows is not None and not FLAGS.rows:
@@ -125,7 +132,8 @@ def _dispatch() -> None:
   if FLAGS.mode == 'average':
     step, steps = checkpoints.average_checkpoints(FLAGS.workdir, config.average_last,
                                                   allow_fewer=config.average_allow_fewer,
-                                                  step=config.restore_step)
+                                                  step=config.restore_step,
+                                                  best=config.average_select == 'best')
     print(f'averaged checkpoints {steps} into {FLAGS.workdir}/averaged/{step}')
     return
   if FLAGS.mode in ('translate', 'eval'):
@@ -164,6 +172,23 @@ def _dispatch() -> None:
     return
   logging.info('Config:\n%s', config)
   trainer.train_and_evaluate(config, FLAGS.workdir)
+
+
+def _key_help() -> str:
+  """--mode=help's text: the keys of --config, else of the run recorded in --workdir (with
+  the --config.* overrides given), else of the base config as written; each documented by
+  the config files' own comments."""
+  files = [key_help.BASE]
+  if FLAGS.config is not None:
+    files.append(config_flags.get_config_filename(FLAGS['config']).partition(':')[0])
+    return key_help.describe(FLAGS.config, tuple(files))
+  recorded = workdir_lib.load_config(FLAGS.workdir) if FLAGS.workdir else None
+  if recorded is not None:
+    where = os.path.join(FLAGS.workdir, workdir_lib.CONFIG)
+    return key_help.describe(recorded_run.from_recorded(recorded, _recorded_overrides, where),
+                             tuple(files))
+  return key_help.describe(loading.load_module(key_help.BASE, 't2t_jax_config_base')
+                          .get_config(), tuple(files))
 
 
 def _study() -> None:

@@ -51,6 +51,13 @@ jax.config.update('jax_persistent_cache_min_compile_time_secs',
                   float(os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS']))
 
 
+@pytest.fixture(autouse=True)
+def _the_runs_compilation_cache():
+  """The run's cache again after a test whose Translator chose another (its config's)."""
+  yield
+  xla.enable_compilation_cache(os.environ['JAX_COMPILATION_CACHE_DIR'])
+
+
 @pytest.fixture(scope='session')
 def tiny_workdir(tmp_path_factory) -> str:
   """A run of helpers.tiny_config() trained for 6 steps (checkpoints at 3 and 6), shared by

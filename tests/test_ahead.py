@@ -4,6 +4,8 @@ with the same results as compiling each shape when met."""
 import json
 import logging
 import os
+import re
+import time
 
 import jax
 import numpy as np
@@ -15,6 +17,7 @@ from t2t_jax.data import pipeline, synthetic
 from t2t_jax.decoding import batch_plan, translator
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import mesh as mesh_lib
+from t2t_jax.platform import progress
 from t2t_jax.training import ahead, optim, train_step
 
 
@@ -68,6 +71,38 @@ def test_no_background_compilation_below_four_cores(monkeypatch):
   for cores, threads in ((1, 0), (2, 0), (4, 1), (16, 4), (96, 8)):
     monkeypatch.setattr(os, 'sched_getaffinity', lambda _, n=cores: set(range(n)))
     assert ahead.default_threads() == threads
+
+
+def test_compiling_ahead_shows_its_progress_and_when_it_is_ready(caplog, monkeypatch):
+  """A line of how far it is once it takes long, with an ETA, and one when every planned
+  shape is compiled, however each was compiled (in the background or by a call that needed
+  it first); none while a shape is missing."""
+  monkeypatch.setattr(progress, 'FIRST_LINE_S', 0.0)
+  add = jax.jit(lambda x: x + 1)
+  shapes = [(3,), (4,), (5,)]
+  planned = lambda pool: ahead.Precompiled(  # noqa: E731
+      add, shapes, lambda key: (jax.ShapeDtypeStruct(key, np.float32),),
+      lambda args: args[0].shape, pool=pool, name='adder')
+  caplog.set_level(logging.INFO)
+  pool = ahead.make_pool(1)
+  compiled = planned(pool)
+  pool.shutdown(wait=True)
+  lines = [r.getMessage() for r in caplog.records if 'adder' in r.getMessage()]
+  assert lines[0] == 'Compiling the adder for 3 shapes ahead.'
+  assert re.fullmatch(r'Compiled ahead \(adder\): 1/3 shapes \(33%\), .* shapes/s, ETA .*',
+                      lines[1])
+  assert re.fullmatch(r'Compiled ahead \(adder\): 3 shapes in 0:\d\d \(.* shapes/s\)',
+                      lines[-1])
+  np.testing.assert_array_equal(compiled(np.zeros(4, np.float32)), np.ones(4))
+  caplog.clear()
+  pool = ahead.make_pool(1)
+  pool.submit(time.sleep, 1.0)  # the queue waits: the plan's shapes are all still queued
+  compiled = planned(pool)
+  compiled(np.zeros(5, np.float32))  # one compiled by the call that needs it
+  pool.shutdown(wait=False, cancel_futures=True)  # the others dropped
+  pool.shutdown(wait=True)
+  assert compiled.compiled_on_call == 1
+  assert not [r for r in caplog.records if re.search(r'adder\): \d+ shapes in', r.getMessage())]
 
 
 @pytest.mark.slow

@@ -39,7 +39,7 @@ LAYERS = {
     'platform': ['errors', 'quiet', 'progress', 'files', 'hugepages', 'xla', 'distributed',
                  'workdir', 'metrics', 'mesh'],
     # the config (experiments/*.py are checked by rules)
-    'config': ['rules', 'loading', 'recorded_run', 'command_line'],
+    'config': ['rules', 'loading', 'recorded_run', 'command_line', 'key_help'],
     # §5.1's data
     'data': ['tokenizer', 'id_cache', 'sources', 'batching', 'packing', 'synthetic',
              'demo_corpus.lexicon', 'demo_corpus.grammar', 'demo_corpus.sampling',

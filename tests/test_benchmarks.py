@@ -429,3 +429,18 @@ def test_interactive_requests_after_compiling_ahead(bench, tiny, monkeypatch, ca
   # On 8 devices with 64 tokens a batch: bucket 4 with 8 rows and with 16, bucket 8 with 8.
   assert line['devices'] == 8 and line['shapes'] == 3
   assert line['waits'] == 0 and 0 < line['p50_s'] <= line['p95_s'] <= line['max_s']
+
+
+@pytest.mark.e2e
+def test_interactive_feeds_translate_alike_from_a_file_stdin_and_a_pipe(bench, tiny_workdir,
+                                                                       monkeypatch, capsys,
+                                                                       tmp_path):
+  """interactive.py --workdir: the same lines by translate's three feeds, real commands."""
+  interactive = bench('interactive')
+  (tmp_path / 'lines.txt').write_text('5 6 7\n\n11 12\n9 9 9 9\n')
+  [line] = run_main(interactive, monkeypatch, capsys, f'--workdir={tiny_workdir}',
+                    f'--text={tmp_path / "lines.txt"}', '--lines=3', '--rounds=1')
+  assert line['lines'] == 3 and line['same_output'] is True
+  assert all(line[f'{feed}_s'] > 0 for feed in interactive.FEEDS)
+  # (the ratio of the unrounded seconds)
+  assert line['pipe_vs_file'] == pytest.approx(line['pipe_s'] / line['file_s'], abs=0.02)

@@ -386,6 +386,40 @@ def test_averaging_is_the_arithmetic_mean(tmp_path):
   assert_trees_equal(checkpoints.load_params(workdir).params, trees[-1])
 
 
+def test_the_best_checkpoints_by_dev_loss(tmp_path):
+  """decode_params='best' and average_select='best' choose by the dev losses metrics.jsonl
+  holds (the last record of a step winning, a torn line skipped), among the checkpoints
+  kept; ties go to the later step."""
+  workdir = str(tmp_path)
+  trainer.train_and_evaluate(tiny_config(), workdir)
+  trees = {s: checkpoints._restore_params(os.path.join(workdir, 'checkpoints'), s)
+           for s in (4, 8, 12)}
+  records = [{'step': 4, 'dev_loss': 1.0}, {'step': 8, 'dev_loss': 0.5},
+             {'step': 12, 'dev_loss': 2.0}, {'step': 12, 'loss': 0.1},
+             {'step': 16, 'dev_loss': 0.1}]  # a step with no checkpoint (moved aside)
+  (tmp_path / 'metrics.jsonl').write_text(
+      ''.join(json.dumps(r) + '\n' for r in records) + '{"step": 4, "dev_lo')
+  assert checkpoints.best_steps(workdir, 1, key='k') == [8]
+  assert checkpoints.best_steps(workdir, 2, key='k') == [4, 8]
+  best = checkpoints.load_params(workdir, which='best')
+  assert (best.source, best.kind) == ('checkpoints/8', 'checkpoint')
+  assert_trees_equal(best.params, trees[8])
+  assert checkpoints.average_checkpoints(workdir, 2, best=True) == (8, [4, 8])
+  expected = jax.tree_util.tree_map(lambda a, b: (np.asarray(a, np.float32) + b) / 2,
+                                    trees[4], trees[8])
+  jax.tree_util.tree_map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7),
+                         checkpoints.load_params(workdir, which='averaged').params, expected)
+  with open(tmp_path / 'metrics.jsonl', 'a') as f:
+    f.write('\n' + json.dumps({'step': 12, 'dev_loss': 0.5}) + '\n')  # a tie, recorded last
+  assert checkpoints.best_steps(workdir, 1, key='k') == [12]
+  with pytest.raises(ValueError, match=r"restore_step=8: config.decode_params='best' chooses"):
+    checkpoints.load_params(workdir, which='best', step=8)
+  (tmp_path / 'metrics.jsonl').write_text(json.dumps({'step': 4, 'loss': 1.0}) + '\n')
+  with pytest.raises(ValueError, match=r"^config.average_select='best': no checkpoint in .* "
+                                       r'has a dev loss in metrics.jsonl'):
+    checkpoints.average_checkpoints(workdir, 2, best=True)
+
+
 def test_averaging_fewer_checkpoints_than_asked(tmp_path):
   workdir = str(tmp_path)
   trainer.train_and_evaluate(tiny_config(num_train_steps=8), workdir)

@@ -197,6 +197,8 @@ BAD_VALUES = [
     ('sample_temperature', float('inf')), ('beam_alpha', float('nan')),
     ('sample_top_p', 0.0), ('sample_top_p', 1.5),
     ('sample_top_k', -1), ('sample_seed', -1), ('sample_seed', 2**32), ('ensemble', None),
+    ('ensemble_weights', None), ('lr_schedule', 'cosine'), ('learning_rate', -1.0),
+    ('average_select', 'worst'),
     ('decode_extra_length', -1), ('decode_tokens_per_batch', 0), ('decode_bucket_growth', 0.5),
     ('max_decode_input_length', 0),
     ('eval_split', 'valid'), ('eval_bleu_every_steps', -1), ('checkpoint_every_minutes', -10.0),
@@ -221,6 +223,39 @@ def test_every_bad_value_is_named(key, value):
   expected = re.escape(f'config.{key}: must be ') + '.+' + re.escape(f', got {value!r}') + '$'
   with pytest.raises(errors.UserError, match=expected):
     rules.validate(config)
+
+
+@pytest.mark.parametrize('ensemble,weights,message', [
+    ('', '1', r"weighs the models of config.ensemble, which is ''"),
+    ('runs/a', '1', r"1 weight\(s\) for 2 model\(s\): one for this run, then one for each "
+                    r"of config.ensemble='runs/a'"),
+    ('runs/a,runs/b', '1,2', r'2 weight\(s\) for 3 model\(s\)'),
+    ('runs/a', '1,0', 'must be positive numbers'),
+    ('runs/a', '1,nan', 'must be positive numbers'),
+    ('runs/a', 'a,b', 'must be positive numbers'),
+])
+def test_ensemble_weights_are_one_positive_number_a_model(ensemble, weights, message):
+  config = demo.get_config()
+  config.ensemble, config.ensemble_weights = ensemble, weights
+  with pytest.raises(errors.UserError, match=r'^config.ensemble_weights=.*' + message):
+    rules.validate(config, 'translate')
+
+
+def test_a_constant_rate_needs_its_rate():
+  config = demo.get_config()
+  config.lr_schedule = 'constant'
+  with pytest.raises(errors.UserError, match=r"^config.learning_rate: must be > 0 with "
+                                             r"config.lr_schedule='constant'.*got 0.0$"):
+    rules.validate(config)
+  config.learning_rate = 1e-5
+  rules.validate(config)
+
+
+def test_ensemble_weights_sum_to_one():
+  config = demo.get_config()
+  assert rules.ensemble_weights(config) is None
+  config.ensemble, config.ensemble_weights = 'runs/a, runs/b', '2, 1,1'
+  assert rules.ensemble_weights(config) == (0.5, 0.25, 0.25)
 
 
 def test_every_key_has_a_rule_and_a_bad_value():

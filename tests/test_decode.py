@@ -564,38 +564,40 @@ def test_an_ensemble_of_one_model_is_that_model_bit_for_bit():
       np.testing.assert_array_equal(ours, reference)
 
 
-def _ensemble_exhaustive_n_best(models, src_row, extra_length, alpha, n_best):
+def _ensemble_exhaustive_n_best(models, src_row, extra_length, alpha, n_best, weights=None):
   """The n_best best (ids, score) of every output w_1 … w_{n-1} EOS with n ≤ the limit,
-  scored by the mean over `models` ((params, config) pairs) of log P_m(Y|X), over lp(Y)."""
+  scored by the mean over `models` ((params, config) pairs) of log P_m(Y|X), weighted by
+  `weights` if given, over lp(Y)."""
   words = range(EOS + 1, EXACT.vocab_size)
   outputs = [list(w) + [EOS] for n in range(output_limit(src_row, extra_length))
              for w in itertools.product(words, repeat=n)]
   # Each model's log P / lp, averaged: the mean of log P over the same lp.
-  scores = np.mean([_score(params, config, src_row, outputs, alpha)
-                    for params, config in models], axis=0)
+  scores = np.average([_score(params, config, src_row, outputs, alpha)
+                       for params, config in models], axis=0, weights=weights)
   return [(outputs[i], scores[i]) for i in np.argsort(-scores, kind='stable')[:n_best]]
 
 
-@pytest.mark.parametrize('alpha', [0.0, 0.6])
-def test_a_wide_beam_over_two_models_equals_exhaustive_search_of_their_mean(alpha):
+@pytest.mark.parametrize('alpha,weights', [(0.0, None), (0.6, None), (0.6, (0.8, 0.2))])
+def test_a_wide_beam_over_two_models_equals_exhaustive_search_of_their_mean(alpha, weights):
   """Two models of different sizes: with 64 beams nothing is pruned (as in
   test_wide_beam_n_best_equals_exhaustive_top_n), so the 8 best are the top 8 of the mean
-  log-prob over all 85 and 21 outputs, and the single best is the first."""
+  log-prob (weighted by config.ensemble_weights' `weights`, if given) over all 85 and 21
+  outputs, and the single best is the first."""
   src = np.array([[2, 3, 1], [4, 1, 0]], np.int32)  # limits 4 and 3 with extra_length 1
   models = [(model_params(EXACT, 0, embedding_scale=1.5), EXACT),
             (model_params(OTHER, 1, embedding_scale=1.5), OTHER)]
   params, configs = tuple(p for p, _ in models), tuple(c for _, c in models)
   ids, scores = decode.beam_search(params, src, config=configs, beam_size=64, alpha=alpha,
-                                   extra_length=1, n_best=8)
+                                   extra_length=1, n_best=8, weights=weights)
   best_ids, best_scores = decode.beam_search(params, src, config=configs, beam_size=64,
-                                             alpha=alpha, extra_length=1)
+                                             alpha=alpha, extra_length=1, weights=weights)
   for row in range(len(src)):
-    expected = _ensemble_exhaustive_n_best(models, src[row], 1, alpha, 8)
+    expected = _ensemble_exhaustive_n_best(models, src[row], 1, alpha, 8, weights)
     _check_n_best(ids[row], scores[row], expected)
     assert trim(best_ids[row]) == expected[0][0]
     np.testing.assert_allclose(best_scores[row], expected[0][1], rtol=1e-5)
     # The models disagree: neither alone ranks the outputs as their mean does.
-    for model in models:
+    for model in models if weights is None else ():
       alone = _ensemble_exhaustive_n_best([model], src[row], 1, alpha, 8)
       assert [ids for ids, _ in alone] != [ids for ids, _ in expected]
 

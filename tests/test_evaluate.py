@@ -203,6 +203,14 @@ def test_evaluations_by_sampling_or_an_ensemble_name_their_search(workdir):
       (workdir, scores['beam']['params'])]
   assert (scores['sample']['decode_method'], scores['sample']['sample_seed']) == ('sample', 2)
   assert not {'decode_method', 'ensemble'} & set(scores['beam'])
+  # Weights make another mean: a folder of its own, beside the unweighted one.
+  config = tiny_config()
+  config.update(ensemble=workdir, ensemble_weights='3,1')
+  assert evaluate.run_eval(config, workdir)['ensemble_weights'] == [0.75, 0.25]
+  kind, step = scores['ensemble']['params'].split('/')
+  readable = f'test-{kind.rstrip("s")}-{step}-beam4-alpha0.6-ensemble2-extra5'
+  assert len([n for n in os.listdir(os.path.join(workdir, 'eval'))
+              if n.rsplit('-', 1)[0] == readable]) == 2
 
 
 def test_eval_compiles_its_search_and_loss_ahead_where_cores_allow(workdir, monkeypatch):

@@ -41,21 +41,26 @@ def test_the_start_holds_the_source_parameters_and_a_fresh_optimizer(tiny_workdi
   assert not np.array_equal(jax.tree.leaves(at_step_3)[0], jax.tree.leaves(want)[0])
 
 
-def test_the_first_update_is_adams_first_step_at_the_schedules_first_rate(tiny_workdir,
-                                                                          tmp_path, caplog):
+@pytest.mark.parametrize('schedule,learning_rate', [('warmup_rsqrt', 0.0), ('rsqrt', 0.0),
+                                                    ('constant', 3e-3)])
+def test_the_first_update_is_adams_first_step_at_the_schedules_first_rate(
+    tiny_workdir, tmp_path, caplog, schedule, learning_rate):
   """Adam's first update from zero moments is lr(1) · g / (|g| + ε) (bias-corrected), so
-  every parameter moves by at most lr(1) = d_model^-0.5 · warmup^-1.5 (§5.3), and those with
-  a gradient well above ε by about that much: the run starts at step 1 of the schedule, not
-  at the source run's step."""
+  every parameter moves by at most lr(1) and those with a gradient well above ε by about
+  that much: the run starts at step 1 of the schedule, not at the source run's step. lr(1)
+  is d_model^-0.5 · warmup^-1.5 for §5.3's schedule; without warm-up, §5.3's peak
+  d_model^-0.5 · warmup^-0.5 ('rsqrt'), or config.learning_rate ('constant')."""
   source = source_run(tiny_workdir, tmp_path)
   config = tiny_config()
   config.update(init_from=source, num_train_steps=1, checkpoint_every_steps=1,
-                log_every_steps=1, eval_every_steps=1)
+                log_every_steps=1, eval_every_steps=1, lr_schedule=schedule,
+                learning_rate=learning_rate)
   config.model.dropout_rate = 0.0
   trainer.train_and_evaluate(config, str(tmp_path / 'tuned'))
   before = checkpoints.load_params(source, which='checkpoint').params
   after = checkpoints.load_params(str(tmp_path / 'tuned'), which='checkpoint', step=1).params
-  lr_1 = config.model.d_model ** -0.5 * config.warmup_steps ** -1.5
+  lr_1 = learning_rate or config.model.d_model ** -0.5 * config.warmup_steps ** {
+      'warmup_rsqrt': -1.5, 'rsqrt': -0.5}[schedule]
   moved = np.concatenate([np.abs(np.asarray(a) - np.asarray(b)).ravel()
                           for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(before),
                                           strict=True)])

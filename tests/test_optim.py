@@ -23,6 +23,26 @@ def test_schedule_peaks_at_warmup():
   assert schedule(3999) < schedule(4000) > schedule(4001)
 
 
+@pytest.mark.parametrize('step_num', [1, 2, 10, 4000, 100000])
+def test_rsqrt_without_warmup_is_the_papers_decay_from_its_peak(step_num):
+  """lr_schedule='rsqrt': step 1 at §5.3's peak, then §5.3's rate that many steps past it."""
+  config = wmt_ende_base.get_config()
+  config.lr_schedule = 'rsqrt'
+  schedule = optim.learning_rate_schedule(config)  # of optax's count: step_num - 1
+  np.testing.assert_allclose(schedule(step_num - 1), paper_lrate(step_num + 4000 - 1),
+                             rtol=1e-6)
+  config.learning_rate = 1e-4  # another peak, the same shape
+  np.testing.assert_allclose(optim.learning_rate_schedule(config)(step_num - 1),
+                             1e-4 * paper_lrate(step_num + 3999) / paper_lrate(4000), rtol=1e-6)
+
+
+def test_a_constant_rate_is_constant():
+  config = wmt_ende_base.get_config()
+  config.update(lr_schedule='constant', learning_rate=2e-5)
+  schedule = optim.learning_rate_schedule(config)
+  assert [float(schedule(count)) for count in (0, 1, 3999, 10**6)] == [2e-5] * 4
+
+
 def test_optimizer_is_adam_with_paper_hyperparameters():
   """Three updates against a NumPy Adam with β1 0.9, β2 0.98, ε 1e-9 and the schedule."""
   config = wmt_ende_base.get_config()

@@ -175,3 +175,19 @@ def test_reading_and_encoding_a_files_corpus_log_progress(log, every_update, tmp
   assert [m.split(': ')[1].split(' pairs')[0] for m in encoding] == [
       '100/600', '200/600', '300/600', '400/600', '500/600', '600/600', '600']
   assert re.search(r'\(50%\), [\d.,]+ pairs/s, ETA \d+:\d\d$', encoding[2])
+
+
+def test_lines_go_to_the_stream_where_the_log_drops_them(caplog):
+  """A Python session that uses the Translator without setting up logging drops INFO lines:
+  there the progress lines are written to the stream, so a long step is never silent."""
+  clock, stream = Clock(), io.StringIO()
+  with caplog.at_level('WARNING', logger='absl'):
+    with progress.Progress('Compiling', 2, 'shapes', clock=clock, stream=stream) as bar:
+      clock.now += progress.FIRST_LINE_S
+      bar.update(1)
+      clock.now += 5
+      bar.update(1)
+  assert stream.getvalue().splitlines() == [
+      'Compiling: 1/2 shapes (50%), 0.10 shapes/s, ETA 0:10',
+      'Compiling: 2 shapes in 0:15 (0.13 shapes/s)']
+  assert caplog.messages == []

@@ -32,6 +32,7 @@ from t2t_jax.decoding import batch_plan, translator
 from t2t_jax.decoding.decode import length_penalty
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import errors
+from t2t_jax.training import ahead
 
 SENTENCES = ['5 6 7', '', '9 9 9 9 9 9 9 9', '3', '11 12']
 
@@ -142,11 +143,45 @@ class SlowPipe(io.RawIOBase):
     return line
 
 
-def test_stream_batches_follow_arrival_and_size():
+def test_stream_batches_take_what_has_arrived():
+  """A batch is its first line and those arriving within wait_s of it (at most max_lines);
+  the end of the input is told before the last batch is given."""
   arrivals = [(0, b'a\n'), (0, b'b\n'), (0, b'c\n'), (1.5, b'd\r\n'), (1.5, b'e')]
-  batches = list(translator.arriving_batches(SlowPipe(arrivals), '<stdin>', max_lines=2,
-                                             wait_s=0.5))
-  assert batches == [['a', 'b'], ['c'], ['d', 'e']]
+  ended = []
+  batches = translator.arriving_batches(SlowPipe(arrivals), '<stdin>', wait_s=0.5,
+                                        on_end=lambda: ended.append(True))
+  assert (next(batches), ended) == (['a', 'b', 'c'], [])
+  assert (next(batches), ended) == (['d', 'e'], [True])
+  assert list(batches) == []
+  capped = translator.arriving_batches(SlowPipe(arrivals), '<stdin>', wait_s=0.5, max_lines=2)
+  assert list(capped) == [['a', 'b'], ['c'], ['d', 'e']]
+
+
+class Recorder:
+  """A translator that echoes each batch, recording its size and the max_rows it got."""
+
+  def __init__(self):
+    self.calls = []
+
+  def translate(self, batch, **kwargs):
+    self.calls.append((len(batch), kwargs['max_rows']))
+    return batch
+
+
+def test_a_pipe_is_decoded_as_a_file_and_typed_lines_one_by_one():
+  """Lines arriving together (a pipe, a file on stdin) go in one batch, length-sorted by
+  the plan of a file (max_rows 0); lines arriving apart each get a small batch of the shapes
+  compiled ahead (max_rows = small_lines)."""
+  lines = [f'line {i}' for i in range(20)]
+  piped, out = Recorder(), io.BytesIO()
+  assert translator.stream(piped, io.BytesIO(''.join(f'{x}\n' for x in lines).encode()), out,
+                           small_lines=16) == 20
+  assert piped.calls == [(20, 0)]
+  assert out.getvalue().decode().split('\n')[:-1] == lines
+  typed = Recorder()
+  translator.stream(typed, SlowPipe([(0, b'one\n'), (1.0, b'two\n')]), io.BytesIO(),
+                    small_lines=16, wait_s=0.1)
+  assert typed.calls == [(1, 16), (1, 16)]
 
 
 def test_a_bad_stream_line_ends_the_stream_after_the_lines_before_it():
@@ -188,8 +223,11 @@ def test_streaming_translation_answers_before_the_input_ends(tiny_workdir, loade
   assert process.returncode == 0, stderr.decode()[-3000:]
   assert (answers[0] + rest).decode().split('\n') == [*loaded.translate(['5 6 7', '', '11 12']),
                                                       '']
-  # Every shape of the stream's batches is queued for compiling from the start.
-  assert re.search(r'Compiling the beam search for \d+ shapes ahead', stderr.decode())
+  # The stream's small batch shapes are queued for compiling from the start, where the
+  # host has cores to spare.
+  expected = (r'Compiling the beam search for \d+ shapes ahead' if ahead.default_threads()
+              else r'Compiling as shapes are met \(fewer than 4 cores')
+  assert re.search(expected, stderr.decode())
 
 
 def test_n_best_on_the_command_line(cli, tiny_workdir, loaded, tmp_path):
@@ -518,6 +556,28 @@ def test_an_ensemble_of_the_run_with_itself_scores_as_the_run(tiny_workdir, load
     loaded.score(pairs[0], pairs[1][:2])
 
 
+def test_ensemble_weights_weigh_each_models_log_probabilities(tiny_workdir, loaded):
+  """config.ensemble_weights: each target token's log-probability is the weighted mean of
+  the models' (each model scored alone), and beam search over the run with itself under
+  any weights is the run's search."""
+  weighted = Translator.from_workdir(tiny_workdir, {'ensemble': f'{tiny_workdir}:3',
+                                                    'ensemble_weights': '3,1'})
+  at_3 = Translator.from_workdir(tiny_workdir, {'decode_params': 'checkpoint',
+                                                'restore_step': 3})
+  pairs = (['5 6 7', '11 12'], ['8 9', '3 4 4'])
+  for ours, a, b in zip(weighted.score(*pairs), loaded.score(*pairs), at_3.score(*pairs),
+                        strict=True):
+    assert ours.tokens == pytest.approx([0.75 * x + 0.25 * y
+                                         for x, y in zip(a.tokens, b.tokens, strict=True)],
+                                        rel=REORDERED_F32)
+  itself = Translator.from_workdir(tiny_workdir, {'ensemble': tiny_workdir,
+                                                  'ensemble_weights': '2,1'})
+  assert itself.translate(LINES) == loaded.translate(LINES)
+  with pytest.raises(errors.UserError, match=r"config.ensemble_weights='1': 1 weight\(s\) for "
+                                             r'2 model\(s\)'):
+    Translator.from_workdir(tiny_workdir, {'ensemble': tiny_workdir, 'ensemble_weights': '1'})
+
+
 def test_score_mode_writes_a_score_a_line(cli, tiny_workdir, loaded, tmp_path):
   (tmp_path / 'src').write_text('5 6 7\n11 12\n\n')
   (tmp_path / 'ref').write_text('8 9 10\n3\n4\n')
@@ -540,3 +600,72 @@ def test_score_mode_writes_a_score_a_line(cli, tiny_workdir, loaded, tmp_path):
   none = cli(*args[:-1])
   assert none.stderr.strip().splitlines()[-1].startswith(
       't2t_jax: error: --mode=score needs --input=FILE (the sources) and --reference=FILE')
+
+
+class Planned(Exception):
+  """Stops compile_ahead where it would start compiling, with the shapes it planned."""
+
+
+def test_compile_ahead_prepares_only_lengths_the_model_can_meet(tiny_workdir, monkeypatch):
+  """Inputs up to the longest pair training kept plus the search's margin (max_length +
+  decode_extra_length): the buckets up to the one holding it, not every bucket up to
+  max_decode_input_length; a longer max_length= goes further."""
+  tr = Translator.from_workdir(tiny_workdir, {'max_decode_input_length': 1024})
+  assert tr.ahead_length == tr.config.max_length + tr.config.decode_extra_length == 17
+
+  def planned(*args, **kwargs):
+    raise Planned(args[2])
+  monkeypatch.setattr(ahead, 'searches', planned)
+  for max_length, longest in ((None, 32), (40, 64), (5000, 1024)):
+    with pytest.raises(Planned) as shapes:
+      tr.compile_ahead(max_length=max_length)
+    assert max(s for _, s in shapes.value.args[0]) == longest
+  with pytest.raises(errors.UserError, match=r'max_length=0: must be a positive integer'):
+    tr.compile_ahead(max_length=0)
+
+
+@pytest.mark.parametrize('compile_ahead', [True, False])
+def test_a_stream_compiles_ahead_what_it_can_meet_and_stops_at_the_end(
+    cli, tiny_workdir, loaded, monkeypatch, compile_ahead):
+  """With cores to spare, a stream queues its small batch shapes up to ahead_length from
+  the start, and drops what is still queued when the input ends; compile_ahead=False (or a
+  host of fewer than 4 cores) compiles shapes as they are met. The output is the same."""
+  monkeypatch.setattr(ahead, 'default_threads', lambda: 1)
+  shutdowns = []
+  real_pool = ahead.make_pool
+
+  def pool(threads):
+    made = real_pool(threads)
+    shutdown = made.shutdown
+    made.shutdown = lambda **kw: (shutdowns.append(kw), shutdown(**kw))
+    return made
+  monkeypatch.setattr(ahead, 'make_pool', pool)
+  done = cli(*TINY_CLI, f'--workdir={tiny_workdir}', '--mode=translate', '--input=-',
+             f'--config.compile_ahead={compile_ahead}', input='5 6 7\n\n11 12\n')
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stdout.split('\n')[:-1] == loaded.translate(['5 6 7', '', '11 12'])
+  shapes = batch_plan.interactive_shapes(loaded.config, loaded.mesh.size, max_rows=16,
+                                         max_length=loaded.max_input_length,
+                                         up_to=loaded.ahead_length)
+  if compile_ahead:
+    assert f'Compiling the beam search for {len(shapes)} shapes ahead' in done.stderr
+    assert {'wait': False, 'cancel_futures': True} in shutdowns
+  else:
+    assert 'Compiling as shapes are met (config.compile_ahead=False)' in done.stderr
+    assert shutdowns == []
+
+
+def test_the_translator_keeps_its_compilations_in_the_configs_cache(tiny_workdir, tmp_path):
+  """The Python API compiles into config.compilation_cache_dir as the command line does, so
+  that the next process loads what this one compiled."""
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
+  cache = tmp_path / 'cache'
+  try:
+    tr = Translator.from_workdir(tiny_workdir, {'compilation_cache_dir': str(cache)})
+    assert jax.config.jax_compilation_cache_dir == str(cache)
+    tr.translate(['5 6 7'])
+  finally:
+    jax.config.update('jax_persistent_cache_min_compile_time_secs',
+                      float(os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS']))
+  assert any(entry.name.startswith('jit_search') for entry in cache.iterdir()), \
+      sorted(entry.name for entry in cache.iterdir())

@@ -1,7 +1,9 @@
 """The workdir: one trainer at a time (a lock a crashed run gives up), no URLs, the recorded
 config, atomic writes, moving aside instead of deleting."""
+import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,6 +39,26 @@ def test_a_second_lock_on_the_same_workdir_is_refused(tmp_path):
 
 
 @pytest.mark.e2e
+def test_a_full_disk_at_the_start_names_the_lock_file(tmp_path, monkeypatch):
+  """The first write of a run is the lock's holder line: on a full disk its error names the
+  file (the system's own names none: a write's errno carries no path)."""
+  class FullDisk:
+    def __init__(self, path, *args, **kwargs):
+      self.file = open(path, *args, **kwargs)  # noqa: SIM115
+
+    def __getattr__(self, name):
+      return getattr(self.file, name)
+
+    def flush(self):
+      raise OSError(errno.ENOSPC, 'No space left on device')
+  monkeypatch.setattr(workdir, 'open', FullDisk, raising=False)
+  with pytest.raises(files.DiskWriteError, match=re.escape(
+      f'{tmp_path / "train.lock"}: cannot write the training lock (who holds the workdir): '
+      'No space left on device')):
+    with workdir.training_lock(str(tmp_path)):
+      pass
+
+
 def test_a_second_trainer_is_refused_and_a_killed_ones_lock_is_taken_over(cli, tmp_path):
   """Another process holds the lock: refused; that process killed: its lock is taken over."""
   holder = subprocess.Popen([sys.executable, '-c', HOLD_LOCK, str(tmp_path)], cwd=ROOT,

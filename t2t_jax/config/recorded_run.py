@@ -25,7 +25,8 @@ MAY_DIFFER = frozenset({'config.model.dtype', 'config.model.kernels'})
 ADDED_MODEL_KEYS = {'kernels': 'auto'}
 ADDED_KEYS = {'decode_method': 'beam', 'sample_temperature': 1.0, 'sample_top_k': 0,
               'sample_seed': 0, 'ensemble': '', 'compile_ahead': True,
-              'decode_bucket_growth': 2.0, 'sample_top_p': 1.0}
+              'decode_bucket_growth': 2.0, 'sample_top_p': 1.0, 'ensemble_weights': '',
+              'lr_schedule': 'warmup_rsqrt', 'learning_rate': 0.0, 'average_select': 'last'}
 # ...and how it was batched: a run recorded before packing existed had §5.1's buckets.
 ADDED_BATCHING = {'batching': 'buckets', 'pack_length': 256}
 # Keys that act on the invocation that has them (workdir.move_aside, an older checkpoint):

@@ -26,14 +26,18 @@ import ml_collections
 from t2t_jax.platform import errors
 
 # main.py's --mode choices; only 'train' and 'eval' read config.dataset's text ('study' does
-# both, for each Table 3 row).
+# both, for each Table 3 row). 'help' lists the config keys.
 MODES = ('train', 'params', 'average', 'translate', 'score', 'eval', 'attention', 'export',
-         'study')
+         'study', 'help')
 DATASETS = ('tfds', 'files', 'demo', 'synthetic')
 # §5.1's length buckets, or whole pairs packed into rows of one length (data/packing.py).
 BATCHINGS = ('buckets', 'packed')
 EVAL_SPLITS = ('dev', 'test')
-DECODE_PARAMS = ('auto', 'averaged', 'checkpoint')
+# optim.learning_rate_schedule's: §5.3's, then two without warm-up for fine-tuning.
+LR_SCHEDULES = ('warmup_rsqrt', 'rsqrt', 'constant')
+DECODE_PARAMS = ('auto', 'averaged', 'checkpoint', 'best')
+# Which checkpoints --mode=average takes: the last ones (§6.1) or those of lowest dev loss.
+AVERAGE_SELECTS = ('last', 'best')
 # beam search (§6.1), beam search with one beam, sampling (decoding/sampling.py)
 DECODE_METHODS = ('beam', 'greedy', 'sample')
 POSITIONAL = ('sinusoidal', 'learned')  # §3.5; 'learned' is Table 3 row (E)
@@ -135,6 +139,8 @@ RULES: dict[str, Rule] = {
     'adam_beta2': FRACTION,
     'adam_eps': POSITIVE_NUMBER,
     'learning_rate_scale': POSITIVE_NUMBER,
+    'lr_schedule': one_of(*LR_SCHEDULES),
+    'learning_rate': number_at_least(0, " (0 with lr_schedule='rsqrt': §5.3's peak)"),
     'grad_accum_steps': int_at_least(1, ' (micro-batches summed into one update)'),
     'seed': SEED,
     'log_every_steps': POSITIVE_INT,
@@ -149,6 +155,8 @@ RULES: dict[str, Rule] = {
     'sample_seed': SAMPLE_SEED,
     'ensemble': text(" (other runs' DIR or DIR:STEP, comma-separated; '' = none)",
                      empty_ok=True),
+    'ensemble_weights': text(" (positive numbers, comma-separated, one a model: this run's, "
+                             "then each ensemble run's; '' = equal)", empty_ok=True),
     'decode_extra_length': int_at_least(0),
     'decode_tokens_per_batch': POSITIVE_INT,
     'decode_bucket_growth': number_at_least(1),
@@ -161,6 +169,7 @@ RULES: dict[str, Rule] = {
     'keep_checkpoints': POSITIVE_INT,
     'average_last': POSITIVE_INT,
     'average_allow_fewer': BOOL,
+    'average_select': one_of(*AVERAGE_SELECTS),
     'restore_step': int_at_least(0, ' (0 = the newest checkpoint)'),
     'restart': BOOL,
     'init_from': text(" (a trained run's DIR or DIR:STEP; '' = none)", empty_ok=True),
@@ -283,6 +292,34 @@ def validate(config: ml_collections.ConfigDict, mode: str = 'train') -> None:
   _check_across_keys(config)
 
 
+def ensemble_weights(config: ml_collections.ConfigDict) -> tuple[float, ...] | None:
+  """config.ensemble_weights as weights summing to 1, one for each model: this run's, then
+  those of config.ensemble's runs in order; None where none are given (equal weights: the
+  models' mean). Raises errors.UserError naming the key for a weight that is not a finite
+  positive number, or a count that is not the ensemble's."""
+  given = config.get('ensemble_weights', '').strip()
+  if not given:
+    return None
+  runs = [run for run in config.ensemble.split(',') if run.strip()]
+  if not runs:
+    raise errors.UserError(f'config.ensemble_weights={given!r}: weighs the models of '
+                           "config.ensemble, which is ''; give it the other runs, or leave "
+                           'the weights unset')
+  try:
+    weights = [float(w) for w in given.split(',')]
+  except ValueError:
+    weights = []
+  if not weights or not all(math.isfinite(w) and w > 0 for w in weights):
+    raise errors.UserError(f'config.ensemble_weights={given!r}: must be positive numbers, '
+                           "comma-separated (e.g. '2,1')")
+  if len(weights) != 1 + len(runs):
+    raise errors.UserError(
+        f'config.ensemble_weights={given!r}: {len(weights)} weight(s) for {1 + len(runs)} '
+        f'model(s): one for this run, then one for each of config.ensemble={config.ensemble!r}')
+  total = math.fsum(weights)
+  return tuple(w / total for w in weights)
+
+
 def check_model(fields: Mapping[str, Any]) -> None:
   """Raises errors.UserError for a bad field of transformer.ModelConfig, as `validate` would for
   config.model and config.vocab_size: the same tables and messages.
@@ -367,6 +404,10 @@ def _check_across_keys(config: ml_collections.ConfigDict) -> None:
   if config.sample_top_k > config.vocab_size:
     raise errors.UserError(f'config.sample_top_k: must be ≤ config.vocab_size '
                            f'({config.vocab_size}), got {config.sample_top_k}')
+  ensemble_weights(config)  # one positive weight a model, or none given
+  if config.lr_schedule == 'constant' and not config.learning_rate > 0:
+    raise errors.UserError("config.learning_rate: must be > 0 with config.lr_schedule="
+                           f"'constant' (the rate throughout), got {config.learning_rate!r}")
   if config.batching == 'packed' and config.dataset == 'synthetic':
     raise errors.UserError("config.batching: the synthetic task has no packed form; use "
                            "'buckets' (or 'auto'), or train on text (config.dataset)")

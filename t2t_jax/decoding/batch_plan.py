@@ -62,11 +62,14 @@ def batch_shapes(token_ids: Sequence[Sequence[int]], config: ml_collections.Conf
 
 
 def interactive_shapes(config: ml_collections.ConfigDict, num_devices: int, *, max_rows: int,
-                       max_length: int) -> list[tuple[int, int]]:
+                       max_length: int, up_to: int = 0) -> list[tuple[int, int]]:
   """Every global (rows, S) decoding_batches gives with max_rows and max_length, whatever
-  the sentences: one row a device, then the most rows, for each bucket up to max_length;
-  the likeliest first (one sentence, short ones first)."""
+  the sentences: one row a device, then the most rows, for each bucket up to max_length (or
+  only up to the bucket that holds `up_to` sub-words); the likeliest first (one sentence,
+  short ones first)."""
   grid = batching.bucket_lengths(max(max_length, 1), config.decode_bucket_growth)
+  if up_to:
+    grid = grid[:int(np.searchsorted(grid, up_to)) + 1]
   shapes = []
   for count in (1, max_rows + num_devices):  # a bucket's sentences: one, then more than fit
     for length in grid:

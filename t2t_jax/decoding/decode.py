@@ -42,7 +42,8 @@ Ensembles (not in the paper): `config` a tuple of ModelConfigs and `params` a tu
 parameters decode as one model whose next-token log-probabilities are the mean of the
 members' log P_m (Marian's ensembles, unweighted; not renormalised), so a hypothesis's
 log-prob is the mean of its log P_m(Y|X), and beam search, n-best and sampling.py run over
-it unchanged. Members share the vocabulary; their sizes may differ, and each keeps its own
+it unchanged. With `weights` (config.ensemble_weights, summing to 1) the mean is weighted:
+Σ_m w_m log P_m. Members share the vocabulary; their sizes may differ, and each keeps its own
 encoder output and cache (ensemble_steps).
 
 Shapes: b = batch, k = beam, v = vocabulary, T = cache length (the longest output allowed),
@@ -380,13 +381,18 @@ def model_steps(params: Any, src: Array, lengths: list[int], *, config: ModelCon
   return Steps(_uncached_step(params, encoded, src, config, beam_size), None, keep, keep)
 
 
-def ensemble_steps(steps: Sequence[Steps]) -> Steps:
-  """Several models' decoders as one: its log-probabilities are the mean of theirs, and each
-  keeps its own carry (cache and ancestry), grown and reordered with the others."""
+def ensemble_steps(steps: Sequence[Steps], weights: Sequence[float] | None = None) -> Steps:
+  """Several models' decoders as one: its log-probabilities are the mean of theirs (weighted
+  by `weights`, which sum to 1, if given), and each keeps its own carry (cache and ancestry),
+  grown and reordered with the others."""
   def step(carry: tuple, seqs: Array, t: Array, length: int) -> tuple[Array, tuple]:
     outputs = [m.step(c, seqs, t, length) for m, c in zip(steps, carry, strict=True)]
     # Not renormalised, so that a hypothesis's log-prob is the mean of its members'.
-    logp = functools.reduce(operator.add, [logp for logp, _ in outputs]) / len(steps)
+    if weights is None:
+      logp = functools.reduce(operator.add, [logp for logp, _ in outputs]) / len(steps)
+    else:
+      logp = functools.reduce(operator.add, [logp * w for (logp, _), w in
+                                             zip(outputs, weights, strict=True)])
     return logp, tuple(c for _, c in outputs)
 
   def grow(carry: tuple, length: int) -> tuple:
@@ -399,8 +405,9 @@ def ensemble_steps(steps: Sequence[Steps]) -> Steps:
 
 def decoder_steps(params: Any, src: Array, lengths: list[int], *,
                   config: ModelConfig | Ensemble, beam_size: int, use_cache: bool = True,
-                  ) -> Steps:
-  """model_steps of one model, or ensemble_steps of an ensemble's (params: a tuple)."""
+                  weights: Sequence[float] | None = None) -> Steps:
+  """model_steps of one model, or ensemble_steps of an ensemble's (params: a tuple), the
+  models weighted by `weights` if given."""
   if not isinstance(config, tuple):
     return model_steps(params, src, lengths, config=config, beam_size=beam_size,
                        use_cache=use_cache)
@@ -409,7 +416,7 @@ def decoder_steps(params: Any, src: Array, lengths: list[int], *,
                      f'{len(config)}')
   return ensemble_steps([model_steps(p, src, lengths, config=c, beam_size=beam_size,
                                      use_cache=use_cache)
-                         for p, c in zip(params, config, strict=True)])
+                         for p, c in zip(params, config, strict=True)], weights)
 
 
 def _run(beams: Beams, steps: Steps, limits: Array, lengths: list[int], *,
@@ -435,7 +442,7 @@ def _run(beams: Beams, steps: Steps, limits: Array, lengths: list[int], *,
 def search(params: Any, src: Array, *, config: ModelConfig | Ensemble, beam_size: int = 4,
            alpha: float = 0.6, extra_length: int = 50, eos_id: int = EOS_ID,
            early_stop: bool = True, use_cache: bool = True, n_best: int | None = None,
-           banned_ids: tuple[int, ...] = ()) -> Beams:
+           banned_ids: tuple[int, ...] = (), weights: Sequence[float] | None = None) -> Beams:
   """Beam search over src [b, s] (§6.1); returns the final loop state. Not jitted itself.
 
   `early_stop=False` runs every sentence to the longest limit in the batch, with the same
@@ -443,7 +450,8 @@ def search(params: Any, src: Array, *, config: ModelConfig | Ensemble, beam_size
   `n_best=n` (1 ≤ n ≤ beam_size) keeps the n best finished hypotheses: finished_seq
   [b, n, T+1] and finished_score [b, n], best first; None keeps the best, as [b, T+1], [b].
   An ensemble (config a tuple of ModelConfigs, params a tuple of theirs) is searched as one
-  model (the module docstring). banned_ids: never emitted, as PAD is not (ban_tokens).
+  model (the module docstring), its models weighted by `weights` if given. banned_ids:
+  never emitted, as PAD is not (ban_tokens).
   """
   if beam_size < 1 or extra_length < 0:
     raise ValueError(f'beam_size must be ≥ 1 and extra_length ≥ 0, got {beam_size}, '
@@ -455,7 +463,7 @@ def search(params: Any, src: Array, *, config: ModelConfig | Ensemble, beam_size
   limits = output_limits(src, extra_length, max_len, eos_id)  # [b]
   lengths = segment_lengths(max_len)
   steps = decoder_steps(params, src, lengths, config=config, beam_size=beam_size,
-                        use_cache=use_cache)
+                        use_cache=use_cache, weights=weights)
   beams = _initial_beams(src.shape[0], beam_size, n_best or 1, max_len, steps.carry)
   beams = _run(beams, steps, limits, lengths, alpha=alpha, eos_id=eos_id,
                early_stop=early_stop, top_k=members(config)[0].forms.top_k,
@@ -468,11 +476,11 @@ def search(params: Any, src: Array, *, config: ModelConfig | Ensemble, beam_size
 
 # α is traced, not static: changing it needs no recompilation.
 @functools.partial(jax.jit, static_argnames=('config', 'beam_size', 'extra_length', 'eos_id',
-                                             'early_stop', 'use_cache', 'n_best'))
+                                             'early_stop', 'use_cache', 'n_best', 'weights'))
 def beam_search(params: Any, src: Array, *, config: ModelConfig | Ensemble, beam_size: int = 4,
                 alpha: float = 0.6, extra_length: int = 50, eos_id: int = EOS_ID,
                 early_stop: bool = True, use_cache: bool = True, n_best: int | None = None,
-                ) -> tuple[Array, Array]:
+                weights: tuple[float, ...] | None = None) -> tuple[Array, Array]:
   """The best hypothesis of each sentence under beam search (§6.1), in one compiled call.
 
   src [b, s] ids, 0-padded. Returns ids [b, T] (without the start symbol, ending at EOS,
@@ -483,7 +491,7 @@ def beam_search(params: Any, src: Array, *, config: ModelConfig | Ensemble, beam
   """
   beams = search(params, src, config=config, beam_size=beam_size, alpha=alpha,
                  extra_length=extra_length, eos_id=eos_id, early_stop=early_stop,
-                 use_cache=use_cache, n_best=n_best)
+                 use_cache=use_cache, n_best=n_best, weights=weights)
   return beams.finished_seq[..., 1:], beams.finished_score
 
 

@@ -13,6 +13,7 @@ import jax
 import ml_collections
 from absl import logging
 
+from t2t_jax.config import rules
 from t2t_jax.data import pipeline
 from t2t_jax.decoding import bleu
 from t2t_jax.decoding.translator import Translator, one_line
@@ -62,8 +63,8 @@ def method_name(translator: Translator, config: ml_collections.ConfigDict) -> st
 def decoding_settings(translator: Translator, config: ml_collections.ConfigDict,
                       ) -> dict[str, Any]:
   """What an evaluation records of its search beyond beam search's keys: the method (and
-  sampling's keys) unless beam search, the other runs of an ensemble if any. Beam search of
-  one run adds nothing, so its folders keep their names."""
+  sampling's keys) unless beam search, the other runs of an ensemble (and its weights) if
+  any. Beam search of one run adds nothing, so its folders keep their names."""
   settings: dict[str, Any] = {}
   if config.decode_method != 'beam':
     settings['decode_method'] = config.decode_method
@@ -74,6 +75,9 @@ def decoding_settings(translator: Translator, config: ml_collections.ConfigDict,
   if translator.ensemble:
     settings['ensemble'] = [{'workdir': m.workdir, 'params': m.source, 'covers': m.covers}
                             for m in translator.ensemble]
+    weights = rules.ensemble_weights(config)
+    if weights is not None:  # another mean, another result: in the fingerprint too
+      settings['ensemble_weights'] = list(weights)
   return settings
 
 

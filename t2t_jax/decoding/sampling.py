@@ -28,6 +28,7 @@ output allowed.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -124,14 +125,14 @@ def draw(params: Any, src: Array, index: Array, key: Array, *,
          config: ModelConfig | decode.Ensemble, temperature: float | Array = 1.0,
          top_k: int = 0, n_samples: int | None = None, extra_length: int = 50,
          eos_id: int = EOS_ID, use_cache: bool = True, banned_ids: tuple[int, ...] = (),
-         top_p: float = 1.0) -> tuple[Array, Array]:
+         top_p: float = 1.0, weights: Sequence[float] | None = None) -> tuple[Array, Array]:
   """Samples of each sentence of src [b, s] (0-padded), the module docstring's; not jitted.
 
   index [b]: each sentence's number in the input (its keys'); key: PRNGKey(seed). Returns
   ids [b, T] (without the start symbol, ending at EOS, then 0s) and scores [b] = log P(Y|X);
   with n_samples=n, ids [b, n, T] and scores [b, n], best first. `config` and `params` may
-  be an ensemble's tuples (decode.search). banned_ids: never drawn, as PAD is not
-  (decode.ban_tokens; the vocabulary's banned_ids(sampling=True)).
+  be an ensemble's tuples (decode.search, with its `weights`). banned_ids: never drawn, as
+  PAD is not (decode.ban_tokens; the vocabulary's banned_ids(sampling=True)).
   """
   vocab_size = decode.members(config)[0].vocab_size
   if not 0 <= top_k <= vocab_size or extra_length < 0 or (n_samples is not None
@@ -146,7 +147,7 @@ def draw(params: Any, src: Array, index: Array, key: Array, *,
   limits = decode.output_limits(src, extra_length, max_len, eos_id)  # [r]
   lengths = decode.segment_lengths(max_len)
   steps = decode.decoder_steps(params, src, lengths, config=config, beam_size=1,
-                               use_cache=use_cache)
+                               use_cache=use_cache, weights=weights)
   draws = Draws(step=jnp.array(0, jnp.int32),
                 seqs=jnp.full((b * n, max_len + 1), PAD_ID, jnp.int32),
                 logprob=jnp.zeros(b * n, jnp.float32), done=jnp.zeros(b * n, bool),
@@ -165,13 +166,15 @@ def draw(params: Any, src: Array, index: Array, key: Array, *,
 # The temperature and key are traced, not static: another temperature or seed needs no
 # recompilation.
 @functools.partial(jax.jit, static_argnames=('config', 'top_k', 'n_samples', 'extra_length',
-                                             'eos_id', 'use_cache', 'banned_ids', 'top_p'))
+                                             'eos_id', 'use_cache', 'banned_ids', 'top_p',
+                                             'weights'))
 def sample(params: Any, src: Array, index: Array, key: Array, *,
            config: ModelConfig | decode.Ensemble, temperature: float | Array = 1.0,
            top_k: int = 0, n_samples: int | None = None, extra_length: int = 50,
            eos_id: int = EOS_ID, use_cache: bool = True, banned_ids: tuple[int, ...] = (),
-           top_p: float = 1.0) -> tuple[Array, Array]:
+           top_p: float = 1.0, weights: tuple[float, ...] | None = None,
+           ) -> tuple[Array, Array]:
   """`draw` in one compiled call, compiled once per (b, s) and set of static arguments."""
   return draw(params, src, index, key, config=config, temperature=temperature, top_k=top_k,
               n_samples=n_samples, extra_length=extra_length, eos_id=eos_id,
-              use_cache=use_cache, banned_ids=banned_ids, top_p=top_p)
+              use_cache=use_cache, banned_ids=banned_ids, top_p=top_p, weights=weights)

@@ -38,20 +38,24 @@ class Scored(NamedTuple):
   tokens: list[float]  # each target token's log-probability, EOS last
 
 
-def make_scorer(model_config: ModelConfig | decode.Ensemble, mesh: Mesh) -> Scorer:
+def make_scorer(model_config: ModelConfig | decode.Ensemble, mesh: Mesh, *,
+                weights: Sequence[float] | None = None) -> Scorer:
   """The teacher-forced log-probabilities of target tokens, jitted, each device its own rows;
-  model_config and the params may be an ensemble's tuples (their mean, per token)."""
+  model_config and the params may be an ensemble's tuples (their mean, per token, weighted
+  by `weights` if given, as decode.ensemble_steps)."""
   models = [Transformer(c.replace(deterministic=True, decode=False))
             for c in decode.members(model_config)]
 
   def token_logprobs(params: Any, src: jax.Array, targets: jax.Array) -> jax.Array:
     members = params if isinstance(model_config, tuple) else (params,)
     total = jnp.zeros(targets.shape, jnp.float32)
-    for model, member in zip(models, members, strict=True):
+    for i, (model, member) in enumerate(zip(models, members, strict=True)):
       logits = model.apply({'params': member}, src, targets).astype(jnp.float32)  # [b, t, v]
       logp = jax.nn.log_softmax(logits, axis=-1)
-      total = total + jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-    return jnp.where(targets != PAD_ID, total / len(models), 0.0)  # [b, t]
+      logp = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]  # [b, t]
+      total = total + (logp if weights is None else logp * weights[i])
+    mean = total / len(models) if weights is None else total
+    return jnp.where(targets != PAD_ID, mean, 0.0)  # [b, t]
 
   sharded = jax.shard_map(token_logprobs, mesh=mesh, in_specs=(P(), P(AXIS), P(AXIS)),
                           out_specs=P(AXIS), check_vma=False)

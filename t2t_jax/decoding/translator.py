@@ -10,19 +10,21 @@ Sentences are encoded, sorted by length and cut into decoding batches whose shap
 from a fixed set (source-length buckets × a row count per bucket), so short sentences
 don't pay for long ones' padding and beam search compiles a bounded number of times.
 Each device decodes its own rows (shard_map, no communication); outputs return to input
-order. A stream (`--input=-`) is cut into small batches as its lines arrive instead
-(`stream`), so each line is answered without waiting for the end of the input.
+order. A stream (`--input=-`) is cut into batches as its lines arrive instead (`stream`),
+so each line is answered without waiting for the end of the input, and a pipe's lines,
+arriving together, are decoded together as a file's.
 
 config.decode_method chooses the search: 'beam' (§6.1), 'greedy' (beam search with one beam)
 or 'sample' (sampling.py: config.sample_temperature, sample_top_k, sample_seed; a sentence's
 draws are keyed by its number in the input). config.ensemble adds other runs of the same
 vocabulary and languages ('DIR[:STEP],...'): every search then runs over the mean of the
-models' log-probabilities (decode.py, "Ensembles").
+models' log-probabilities (decode.py, "Ensembles"), weighted by config.ensemble_weights
+if given.
 
 A hypothesis's score is the beam search's: log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α,
 |Y| counting the EOS (decode.py); a sample's is log P(Y|X), without lp (sampling.py). With
-an ensemble, log P is the mean of the models'. An empty (or all-space) input line is not
-decoded: its translation is the empty line, with score 0.0.
+an ensemble, log P is the (weighted) mean of the models'. An empty (or all-space) input
+line is not decoded: its translation is the empty line, with score 0.0.
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ from t2t_jax.decoding.batch_plan import (
   interactive_shapes,
 )
 from t2t_jax.model.transformer import ModelConfig, Transformer
-from t2t_jax.platform import errors, files
+from t2t_jax.platform import errors, files, xla
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.platform.mesh import AXIS, make_mesh, replicated, shard_batch
 from t2t_jax.platform.progress import Progress
@@ -98,12 +100,13 @@ def make_sharded_decoder(model_config: ModelConfig | decode.Ensemble,
   method 'beam' (beam_size defaults to config.beam_size) and 'greedy' (one beam) take α as
   settings, an argument, not a constant: another α needs no recompilation. 'sample' takes a
   Sampling and draws n_best samples (top_k and top_p default to config.sample_top_k and
-  sample_top_p). model_config
-  and the params may be an ensemble's tuples (decode.search). `vocabulary`'s banned_ids
-  (pieces that decode to no text) are never emitted; None bans PAD alone.
+  sample_top_p). model_config and the params may be an ensemble's tuples (decode.search,
+  weighted by config.ensemble_weights). `vocabulary`'s banned_ids (pieces that decode to no
+  text) are never emitted; None bans PAD alone.
   """
   def banned(sampling: bool) -> tuple[int, ...]:
     return () if vocabulary is None else vocabulary.banned_ids(sampling=sampling)
+  weights = rules.ensemble_weights(config) if isinstance(model_config, tuple) else None
 
   if method == 'sample':
     def draw(params, src, settings):
@@ -112,14 +115,14 @@ def make_sharded_decoder(model_config: ModelConfig | decode.Ensemble,
                            top_k=config.sample_top_k if top_k is None else top_k,
                            top_p=config.sample_top_p if top_p is None else top_p,
                            n_samples=n_best, extra_length=config.decode_extra_length,
-                           banned_ids=banned(True))
+                           banned_ids=banned(True), weights=weights)
     return shard_rows(draw, mesh, SAMPLING_SPECS)
   beam_size = 1 if method == 'greedy' else beam_size or config.beam_size
 
   def search(params, src, alpha):
     beams = decode.search(params, src, config=model_config, beam_size=beam_size, alpha=alpha,
                           extra_length=config.decode_extra_length, n_best=n_best,
-                          banned_ids=banned(False))
+                          banned_ids=banned(False), weights=weights)
     return beams.finished_seq[..., 1:], beams.finished_score
   return shard_rows(search, mesh)
 
@@ -269,6 +272,8 @@ class Translator:
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *, mode: str = 'translate'):
     self.config = config
     rules.validate(config, mode)
+    # The command line's cache too: what one process compiled, the next one loads.
+    xla.enable_compilation_cache(config.compilation_cache_dir)
     self.model_config = ModelConfig.from_config(config)
     self.mesh = make_mesh()
     self.tokenizer = pipeline.load_tokenizer(config, workdir)
@@ -327,6 +332,13 @@ class Translator:
   def max_input_length(self) -> int:
     return max_input_length(self.decoding_config, self.config)
 
+  @property
+  def ahead_length(self) -> int:
+    """The longest input compile_ahead prepares for: the longest pair training kept
+    (config.max_length) with the search's own margin (config.decode_extra_length), at most
+    max_input_length. Longer inputs are rare, and compile when met."""
+    return min(self.max_input_length, self.config.max_length + self.config.decode_extra_length)
+
   def decoder(self, beam_size: int | None = None, n_best: int | None = None, *,
               method: str | None = None, top_k: int | None = None,
               top_p: float | None = None) -> Decoder:
@@ -354,27 +366,31 @@ class Translator:
   def compile_ahead(self, *, max_rows: int = INTERACTIVE_ROWS, threads: int | None = None,
                     wait: bool = True, method: str | None = None, beam_size: int | None = None,
                     n_best: int | None = None, top_k: int | None = None,
-                    top_p: float | None = None) -> ahead.Precompiled:
+                    top_p: float | None = None, max_length: int | None = None,
+                    ) -> ahead.Precompiled:
     """Compiles the decoder of these settings (translate's arguments) for every shape a
-    call of at most `max_rows` sentences can meet (interactive_shapes: each length bucket up
-    to max_input_length, with one row a device and with max_rows), the likeliest first, on
-    `threads` threads (default: a quarter of the cores, at least 1), so that such calls,
-    and streams of at most max_rows lines a batch, never wait for a compilation.
+    call of at most `max_rows` sentences of at most `max_length` sub-words (default:
+    ahead_length) can meet (interactive_shapes: each length bucket, with one row a device
+    and with max_rows), the likeliest first, on `threads` threads (default: a quarter of the
+    cores, at least 1), so that such calls, and streams of at most max_rows lines a batch,
+    never wait for a compilation. The log shows its progress and when it is done.
 
     wait=True returns when all are compiled; wait=False at once, compiling in the
     background: a call that needs a shape still queued compiles it then, and close() (or
     leaving `with translator:`) drops the queue. The compilation cache keeps them for the
-    next process (config.compilation_cache_dir).
+    next process (config.compilation_cache_dir), whose compile_ahead then loads them.
     """
     check_search(method or self.config.decode_method, beam_size, n_best, self.config)
-    if not rules.POSITIVE_INT.test(max_rows):
-      raise errors.UserError(f'max_rows={max_rows!r}: must be a positive integer')
+    for name, value in (('max_rows', max_rows), ('max_length', max_length)):
+      if value is not None and not rules.POSITIVE_INT.test(value):
+        raise errors.UserError(f'{name}={value!r}: must be a positive integer')
     key = self._decoder_key(beam_size, n_best, method, top_k, top_p)
     decoder = self.decoder(beam_size, n_best, method=method, top_k=top_k, top_p=top_p)
     if isinstance(decoder, ahead.Precompiled):
       return decoder
     shapes = interactive_shapes(self.config, self.mesh.size, max_rows=max_rows,
-                                max_length=self.max_input_length)
+                                max_length=self.max_input_length,
+                                up_to=min(max_length or self.ahead_length, self.max_input_length))
     pool = ahead.make_pool(threads or max(ahead.default_threads(), 1))
     self._pools.append(pool)
     settings = self._abstract_sampling if key[0] == 'sample' else None
@@ -520,7 +536,9 @@ class Translator:
     for i, ids in zip(nonempty, encoded, strict=True):
       src[i] = ids
     if self._scorer is None:
-      self._scorer = scoring.make_scorer(self.decoding_config, self.mesh)
+      self._scorer = scoring.make_scorer(
+          self.decoding_config, self.mesh,
+          weights=rules.ensemble_weights(self.config) if self.ensemble else None)
     return scoring.score_ids(self._scorer, self.decoding_params, src,
                              self.tokenizer.encode_batch(list(targets)), self.config, self.mesh,
                              alpha=self.config.beam_alpha if alpha is None else alpha)
@@ -732,11 +750,20 @@ def _read_stream(binary: BinaryIO, name: str, lines: queue.Queue) -> None:
   lines.put(_END)
 
 
-def arriving_batches(binary: BinaryIO, name: str, *, max_lines: int, wait_s: float,
-                     ) -> Iterator[list[str]]:
-  """Lines of a stream in batches as they arrive: a batch ends after `max_lines` lines or
-  `wait_s` seconds after its first line, whichever is first, or at the end of the stream.
-  A line that cannot be read raises, after the batches of the lines before it."""
+# The most lines a stream batch takes: a pipe's lines arrive together, and are decoded in
+# batches this size by the plan of a file, length-sorted (memory: its ids and outputs).
+STREAM_MAX_LINES = 10_000
+
+
+def arriving_batches(binary: BinaryIO, name: str, *, wait_s: float,
+                     max_lines: int = STREAM_MAX_LINES,
+                     on_end: Callable[[], None] | None = None) -> Iterator[list[str]]:
+  """Lines of a stream in batches as they arrive: a batch is its first line and every line
+  that has arrived by `wait_s` seconds after it, at most `max_lines`. Lines typed one at a
+  time come one a batch; a pipe's come together, as many as have arrived, like a file's.
+  `on_end()` is called when the end of the stream is read, before its last batch is given.
+  A line that cannot be read raises, after the batches of the lines before it.
+  """
   lines: queue.Queue = queue.Queue()
   # A daemon thread: blocked in a read, it must not keep a finished process alive.
   threading.Thread(target=_read_stream, args=(binary, name, lines), daemon=True).start()
@@ -756,20 +783,31 @@ def arriving_batches(binary: BinaryIO, name: str, *, max_lines: int, wait_s: flo
         break
       batch.append(item)
       item = None
+    if item is _END and on_end is not None:
+      on_end()
     yield batch
     if item is None:
       item = lines.get()
+      if item is _END and on_end is not None:
+        on_end()
 
 
 def stream(translator: Translator, binary: BinaryIO, out: BinaryIO, *, name: str = '<stdin>',
-           n_best: int | None = None, max_lines: int = 16, wait_s: float = 0.1) -> int:
-  """Translates the lines of `binary` as they arrive and writes each batch's output lines to
-  `out`, flushed at once: a translation never waits for the end of the input. Returns the
-  number of lines translated."""
+           n_best: int | None = None, small_lines: int = INTERACTIVE_ROWS,
+           wait_s: float = 0.1, max_lines: int = STREAM_MAX_LINES,
+           on_end: Callable[[], None] | None = None) -> int:
+  """Translates the lines of `binary` as they arrive (arriving_batches) and writes each
+  batch's output lines to `out`, flushed at once: a translation never waits for the end of
+  the input. A batch of at most `small_lines` lines is decoded in small batches of fixed
+  shapes (interactive_shapes, those Translator.compile_ahead compiles with max_rows =
+  small_lines); a larger one, length-sorted as a file is. Returns the number of lines
+  translated."""
   done = 0
-  for batch in arriving_batches(binary, name, max_lines=max_lines, wait_s=wait_s):
+  for batch in arriving_batches(binary, name, wait_s=wait_s, max_lines=max_lines,
+                                on_end=on_end):
     results = translator.translate(batch, n_best=n_best, first_line=done + 1,
-                                   max_rows=max_lines, show_progress=False)
+                                   max_rows=small_lines if len(batch) <= small_lines else 0,
+                                   show_progress=False)
     out.write(format_results(results, first_index=done).encode('utf-8'))
     out.flush()
     done += len(batch)
@@ -790,11 +828,13 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
   """--mode=translate: lines of `input_path` to `output_path` (None = stdout).
 
   A file is read whole and decoded in length-sorted batches. '-' (stdin) is a stream: its
-  lines are translated in batches of at most `stream_lines` as they arrive (`stream`), and
-  each batch's output is flushed at once (multi-process runs read stdin whole: every
-  process must decode the same batches). Line i of the output is the translation of line
-  i of the input (n-best: its lines start with i - 1): both are split on '\n' alone, stdin
-  exactly like a file (sources.read_lines), and no translation holds a line break.
+  lines are translated in batches as they arrive (`stream`: lines typed one by one, each
+  at once, in small batches of at most `stream_lines` whose shapes are compiled ahead; a
+  pipe's, many at a time, as a file's), and each batch's output is flushed at once
+  (multi-process runs read stdin whole: every process must decode the same batches).
+  Line i of the output is the translation of line i of the input (n-best: its lines start
+  with i - 1): both are split on '\n' alone, stdin exactly like a file (sources.read_lines),
+  and no translation holds a line break.
   """
   check_n_best_flag(n_best, config)
   # Before any decoding: a mistake in where the output goes costs seconds, not the run.
@@ -804,12 +844,13 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
     raise errors.UserError('--input=-: standard input is closed; give it lines, or --input=FILE')
   translator = Translator(config, workdir, mode='translate')
   if input_path == '-' and jax.process_count() == 1:
-    # Every batch shape of the stream compiled in the background from the start, so that
-    # lines arriving later wait for none; the queue is dropped when the input ends.
     with translator, stream_output(output_path) as out:
-      translator.compile_ahead(max_rows=stream_lines, n_best=n_best, wait=False)
-      count = stream(translator, sys.stdin.buffer, out, n_best=n_best, max_lines=stream_lines,
-                     wait_s=stream_wait_s)
+      _stream_ahead(translator, stream_lines, n_best)
+      # At the end of the input nothing more is compiled ahead: the process ends once the
+      # last lines are written and the compilations running then are done (XLA cannot stop
+      # one; a thread that would not be waited for aborts the process as it exits).
+      count = stream(translator, sys.stdin.buffer, out, n_best=n_best, small_lines=stream_lines,
+                     wait_s=stream_wait_s, on_end=translator.close)
     logging.info('Translated %d lines of <stdin>.', count)
     return
   text = format_results(translator.translate(sources.read_lines(input_path), n_best=n_best))
@@ -820,6 +861,20 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
     sys.stdout.flush()
     sys.stdout.buffer.write(text.encode('utf-8'))  # UTF-8 whatever the locale's encoding
     sys.stdout.buffer.flush()
+
+
+def _stream_ahead(translator: Translator, stream_lines: int, n_best: int | None) -> None:
+  """A stream's search compiled in the background for every small batch's shape, up to the
+  lengths the model can meet (Translator.ahead_length), so that lines typed later wait for
+  none; with config.compile_ahead, on a host with cores to spare (ahead.default_threads:
+  elsewhere those compilations would take the cores decoding needs)."""
+  threads = ahead.default_threads() if translator.config.compile_ahead else 0
+  if not threads:
+    logging.info('Compiling as shapes are met (%s); the compilation cache keeps them.',
+                 'config.compile_ahead=False' if not translator.config.compile_ahead
+                 else 'fewer than 4 cores: compiling ahead would slow decoding')
+    return
+  translator.compile_ahead(max_rows=stream_lines, n_best=n_best, wait=False, threads=threads)
 
 
 def run_score(config: ml_collections.ConfigDict, workdir: str, input_path: str,

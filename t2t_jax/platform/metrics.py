@@ -64,6 +64,25 @@ class MetricWriter:
       self._events.close()
 
 
+def dev_losses(workdir: str) -> dict[int, float]:
+  """{step: dev loss} as DIR/metrics.jsonl records them (config.eval_every_steps), the last
+  record of a step winning (a resumed run evaluates a step again). A line that is not a
+  whole JSON record (a run killed mid-write) is skipped; no file gives {}."""
+  losses: dict[int, float] = {}
+  try:
+    with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+      lines = f.readlines()
+  except FileNotFoundError:
+    return losses
+  for line in lines:
+    try:
+      record = json.loads(line)
+      losses[int(record['step'])] = float(record['dev_loss'])
+    except (ValueError, KeyError, TypeError):
+      continue  # a training record (no dev loss), or a torn line
+  return losses
+
+
 class Throughput:
   """Tokens/s, steps/s and ETA between two log points; syncs only when asked."""
 

@@ -2,11 +2,12 @@
 vocabulary, encoding it, decoding in eval and translate. Plumbing, no paper.
 
 What a step shows while it runs:
-  * in the log (absl, so in --log_dir files too): `WHAT: DONE/TOTAL UNIT (P%), R UNIT/s,
-    ETA m:ss` once FIRST_LINE_S have passed, then at most every EVERY_S; when it ends, one
-    line `WHAT: DONE UNIT in m:ss (R UNIT/s)`. A step shorter than FIRST_LINE_S logs only
-    that final line, so quick steps (the demo, the dev set during training) add one line
-    each and never a flood; one with nothing to do (0 of 0) logs nothing;
+  * in the log (absl, so in --log_dir files too; on the stream where the log would drop
+    them): `WHAT: DONE/TOTAL UNIT (P%), R UNIT/s, ETA m:ss` once FIRST_LINE_S have passed,
+    then at most every EVERY_S; when it ends, one line `WHAT: DONE UNIT in m:ss (R UNIT/s)`.
+    A step shorter than FIRST_LINE_S logs only that final line, so quick steps (the demo,
+    the dev set during training) add one line each and never a flood; one with nothing to
+    do (0 of 0) logs nothing;
   * when the stream (stderr) is a terminal, also a live bar on one line, redrawn with '\\r'
     at most every BAR_EVERY_S and erased before each log line and at the end, so that log
     lines are never written into it.
@@ -17,6 +18,7 @@ Only one process of a multi-process run should show progress: callers pass `enab
 from __future__ import annotations
 
 import itertools
+import logging as std_logging
 import os
 import shutil
 import sys
@@ -70,17 +72,18 @@ class Progress:
   error) logs the final line. `work`, when given, is the step's total cost in any unit, and
   `update(n, work=w)` says what each piece cost: the ETA then follows the share of the cost
   done, for steps whose pieces differ in cost (decoding goes shortest sentences first).
+  `bar=False`: log lines only, for work in the background of a step that has its own bar.
   """
 
   def __init__(self, what: str, total: int | None, unit: str, *, work: float | None = None,
-               enabled: bool = True, stream: TextIO | None = None,
+               enabled: bool = True, bar: bool = True, stream: TextIO | None = None,
                clock: Callable[[], float] = time.monotonic):
     self.what, self.total, self.unit = what, total, unit
     self.done, self.work_done = 0, 0.0
     self._work_total = work
     self._enabled = enabled
     self._stream = sys.stderr if stream is None else stream
-    self._live = enabled and _is_terminal(self._stream)
+    self._live = enabled and bar and _is_terminal(self._stream)
     self._clock = clock
     self._start = clock()
     self._next_line = self._start + FIRST_LINE_S
@@ -131,8 +134,7 @@ class Progress:
     count = (f'{self.done:,}' if self.total is None or self.total == self.done
              else f'{self.done:,}/{self.total:,}')
     rate = f' ({_number(self.done / elapsed)} {self.unit}/s)' if elapsed > 0 else ''
-    logging.info('%s: %s %s in %s%s', self.what, count, self.unit, format_duration(elapsed),
-                 rate)
+    self._log(f'{self.what}: {count} {self.unit} in {format_duration(elapsed)}{rate}')
 
   def line(self, now: float) -> str:
     """'WHAT: done/total unit (p%), rate unit/s, ETA m:ss', as far as it is known."""
@@ -161,8 +163,14 @@ class Progress:
     return elapsed * (1 - share) / share if 0 < share <= 1 else None
 
   def _log(self, text: str) -> None:
+    """A line in the log; on the stream instead where the log drops INFO lines (Python's
+    default, in a program or notebook that uses the Translator without setting up logging),
+    so that a long step is never silent."""
     self._erase_bar()  # a log line written into the bar would be garbled
-    logging.info('%s', text)
+    if logging.get_absl_logger().isEnabledFor(std_logging.INFO):
+      logging.info('%s', text)
+    else:
+      self._write(text + '\n')
 
   def _draw_bar(self, now: float) -> None:
     text = self.line(now)

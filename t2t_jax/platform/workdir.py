@@ -111,10 +111,17 @@ def _lock(path: str) -> Any:
     logging.warning('%s: this file system has no locks (%s); make sure no other training '
                     'run uses this workdir.', path, e.strerror)
     return handle
-  handle.truncate(0)
   started = datetime.datetime.now().isoformat(timespec='seconds')
-  handle.write(f'pid {os.getpid()} on {socket.gethostname()}, since {started}\n')
-  handle.flush()
+  try:
+    # The first write of a run: on a full disk its error names the workdir, not only errno.
+    with files.disk_write_errors(path, 'the training lock (who holds the workdir)'):
+      handle.truncate(0)
+      handle.write(f'pid {os.getpid()} on {socket.gethostname()}, since {started}\n')
+      handle.flush()
+  except files.DiskWriteError:
+    with contextlib.suppress(OSError):  # closing flushes the unwritten line again
+      handle.close()
+    raise
   return handle
 
 

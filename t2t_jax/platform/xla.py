@@ -12,6 +12,7 @@ import os
 
 import jax
 from absl import logging
+from jax.experimental.compilation_cache import compilation_cache
 
 CPU_FLAGS = {
     # XLA:CPU hands reductions to YNNPACK by default (jaxlib 0.10); for the softmax over a
@@ -101,11 +102,16 @@ def enable_compilation_cache(directory: str) -> None:
   Only compilations that took JAX's `jax_persistent_cache_min_compile_time_secs` (1 s by
   default, env JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS) are kept: the train, eval and
   decoding steps, not the many small helpers. A torn entry (a run killed while writing it)
-  only costs a warning and a recompilation: JAX checks what it reads.
+  only costs a warning and a recompilation: JAX checks what it reads. Both the command line
+  and the Translator call it with config.compilation_cache_dir; a second call with the same
+  directory changes nothing, another directory takes effect from the next compilation.
   """
-  if not directory:  # off, also where JAX_COMPILATION_CACHE_DIR names one
-    jax.config.update('jax_compilation_cache_dir', None)
+  # None is off, also where the environment's JAX_COMPILATION_CACHE_DIR names a folder.
+  path = os.path.expanduser(directory) if directory else None
+  if path == jax.config.jax_compilation_cache_dir:
     return
-  path = os.path.expanduser(directory)
   jax.config.update('jax_compilation_cache_dir', path)
-  logging.info('Compilation cache: %s (--config.compilation_cache_dir=\'\' turns it off)', path)
+  # JAX opens its cache once, at the first compilation; this makes it open the new one.
+  compilation_cache.reset_cache()
+  if path:
+    logging.info('Compilation cache: %s (--config.compilation_cache_dir=\'\' turns it off)', path)

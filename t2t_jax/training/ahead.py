@@ -33,6 +33,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from t2t_jax.platform.mesh import AXIS
+from t2t_jax.platform.progress import Progress
 
 BATCH_KEYS = ('inputs', 'targets')
 # A packed batch's arrays beside those, each of its side's length (data/packing.py).
@@ -68,6 +69,8 @@ class Precompiled:
   each key is compiled when first met, on the calling thread, as jax.jit does.
   `blocked_s`: seconds calls spent waiting for a compilation (the cost this removes);
   `compiled_on_call`: keys compiled on a caller's thread (not begun ahead, or unplanned).
+  The log shows how far the planned keys are, with an ETA when it takes long, and one line
+  when they are all compiled: from then on no call waits.
   """
 
   def __init__(self, fn: Callable, keys: Sequence[Hashable],
@@ -76,11 +79,30 @@ class Precompiled:
     self._fn, self._abstract, self._key_of = fn, abstract, key_of
     self._compiled: dict[Hashable, concurrent.futures.Future] = {}
     self._lock = threading.Lock()
+    self._progress_lock = threading.Lock()  # apart: a cancel under _lock runs callbacks
     self.blocked_s, self.waits, self.compiled_on_call = 0.0, 0, 0
-    for key in dict.fromkeys(keys) if pool else ():
-      self._compiled[key] = pool.submit(self._compile, key)
+    planned = list(dict.fromkeys(keys)) if pool else []
     if pool:
-      logging.info('Compiling the %s for %d shapes ahead.', name, len(self._compiled))
+      logging.info('Compiling the %s for %d shapes ahead.', name, len(planned))
+    self._planned, self._ready = set(planned), set()
+    self._progress = Progress(f'Compiled ahead ({name})', len(planned), 'shapes',
+                              enabled=jax.process_index() == 0, bar=False)
+    for key in planned:
+      self._compiled[key] = pool.submit(self._compile, key)
+      self._compiled[key].add_done_callback(lambda f, key=key: self._compiled_one(key, f))
+
+  def _compiled_one(self, key: Hashable, future: concurrent.futures.Future) -> None:
+    """Counts a planned key's compilation done (here or on a caller's thread); the last one
+    logs that all are ready."""
+    if future.cancelled() or future.exception() is not None or key not in self._planned:
+      return
+    with self._progress_lock:
+      if key in self._ready:
+        return
+      self._ready.add(key)
+      self._progress.update()
+      if self._ready == self._planned:
+        self._progress.close()
 
   def _compile(self, key: Hashable) -> Any:
     """The executable for arguments of `key`'s shapes (lowered, then compiled)."""
@@ -96,6 +118,7 @@ class Precompiled:
       if mine:
         future = self._compiled[key] = concurrent.futures.Future()
         future.set_running_or_notify_cancel()
+        future.add_done_callback(lambda f: self._compiled_one(key, f))
     t0 = time.perf_counter()
     if mine:
       self.compiled_on_call += 1

@@ -33,7 +33,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from t2t_jax.model.transformer import ModelConfig
-from t2t_jax.platform import distributed, errors, files, quiet
+from t2t_jax.platform import distributed, errors, files, metrics, quiet
 from t2t_jax.platform import workdir as workdir_lib
 
 CHECKPOINTS = 'checkpoints'
@@ -381,19 +381,41 @@ class Loaded:
     return f'{AVERAGED if self.kind == "averaged" else CHECKPOINTS}/{self.step}'
 
 
-PARAMS_CHOICES = ('auto', 'averaged', 'checkpoint')
+PARAMS_CHOICES = ('auto', 'averaged', 'checkpoint', 'best')
+
+
+def best_steps(workdir: str, count: int, *, key: str) -> list[int]:
+  """The `count` kept checkpoints of lowest dev loss (metrics.dev_losses: only steps where
+  training evaluated the dev set), in step order; ties go to the later step. Fewer where
+  fewer have a dev loss; none is an errors.UserError naming `key` and the fix."""
+  losses = metrics.dev_losses(workdir)
+  kept = [s for s in checkpoint_steps(workdir) if s in losses]
+  if not kept:
+    raise errors.UserError(
+        f'{key}: no checkpoint in {workdir}/{CHECKPOINTS} has a dev loss in metrics.jsonl '
+        '(training records one every config.eval_every_steps; make checkpoint_every_steps a '
+        'multiple of it)')
+  return sorted(sorted(kept, key=lambda s: (losses[s], -s))[:count])
 
 
 def load_params(workdir: str, *, which: str = 'auto', step: int = 0) -> Loaded:
   """Parameters for decoding (config.decode_params, config.restore_step).
 
   which: 'auto' = the averaged model when there is one (at `step`, if given), else the
-  checkpoint; 'averaged' or 'checkpoint' to choose. step: 0 = the newest. Without a step,
-  an unreadable newest one is named in a warning and the one before it used; an explicit
-  step that cannot be read is an error.
+  checkpoint; 'averaged' or 'checkpoint' to choose; 'best' = the checkpoint of lowest dev
+  loss (best_steps). step: 0 = the newest. Without a step, an unreadable newest one is
+  named in a warning and the one before it used; an explicit step that cannot be read is
+  an error.
   """
   if which not in PARAMS_CHOICES:
     raise errors.UserError(f'config.decode_params={which!r}: choose one of {PARAMS_CHOICES}')
+  if which == 'best':
+    if step:
+      raise errors.UserError(f"config.restore_step={step}: config.decode_params='best' "
+                             'chooses the step itself; set one or the other')
+    [best] = best_steps(workdir, 1, key="config.decode_params='best'")
+    logging.info('The checkpoint of lowest dev loss: %s/%d.', CHECKPOINTS, best)
+    which, step = 'checkpoint', best
   kinds = {'auto': ('averaged', 'checkpoint'), 'averaged': ('averaged',),
            'checkpoint': ('checkpoint',)}[which]
   for kind in kinds:
@@ -435,10 +457,11 @@ def _warn_if_stale(workdir: str, averaged_step: int) -> None:
 
 
 def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, step: int = 0,
-                        ) -> tuple[int, list[int]]:
+                        best: bool = False) -> tuple[int, list[int]]:
   """Averages the parameters of the last `last` checkpoints into averaged/<step>/ (§6.1).
 
-  The last ones up to `step` (config.restore_step; 0 = the newest). An unreadable
+  The last ones up to `step` (config.restore_step; 0 = the newest), or with `best`
+  (config.average_select='best') the `last` of lowest dev loss (best_steps). An unreadable
   checkpoint is named in a warning and skipped: the next older one takes its place.
   Accumulates in float32 one checkpoint at a time (memory: two copies of the params),
   then casts back to each parameter's dtype. Returns (step, the steps averaged).
@@ -450,6 +473,12 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
       raise errors.UserError(f'config.restore_step={step}: {directory} has no checkpoint {step} '
                              f'(it has {steps})')
     steps = [s for s in steps if s <= step]
+  if best:
+    ranked = [s for s in best_steps(workdir, len(steps), key="config.average_select='best'")
+              if s in steps]
+    losses = metrics.dev_losses(workdir)
+    # The best first: an unreadable one gives its place to the next best, as to the next older.
+    steps = sorted(ranked, key=lambda s: (losses[s], -s), reverse=True)
   if not steps:
     raise errors.MissingFileError(f'No checkpoint in {directory} to average')
   chosen, total, dtypes = [], None, None
@@ -462,10 +491,11 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
       logging.warning('%s/%d is unreadable (%s); averaging without it.', directory, s,
                       errors.summary(e))
       continue
-    chosen.insert(0, s)
+    chosen.append(s)
     params32 = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), params)
     total = params32 if total is None else jax.tree_util.tree_map(np.add, total, params32)
     dtypes = jax.tree_util.tree_map(lambda x: np.asarray(x).dtype, params)
+  chosen.sort()
   if not chosen:
     raise errors.UserError(f'No readable checkpoint in {directory} to average (see the warnings)')
   if len(chosen) < last:

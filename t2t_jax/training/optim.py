@@ -1,4 +1,5 @@
-"""Adam with the warm-up then inverse-square-root learning rate of §5.3."""
+"""Adam with the warm-up then inverse-square-root learning rate of §5.3, and two schedules
+without warm-up for fine-tuning (not in the paper): config.lr_schedule."""
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -18,9 +19,32 @@ def rsqrt_warmup(d_model: int, warmup_steps: int, scale: float = 1.0) -> optax.S
   return schedule
 
 
+def rsqrt_decay(peak: float, warmup_steps: int) -> optax.Schedule:
+  """§5.3's decay without its warm-up: `peak` at step_num 1, then falling as §5.3's rate
+  does after its peak, peak · (warmup_steps / (warmup_steps + step_num - 1))^0.5."""
+  def schedule(step_num):
+    step = jnp.maximum(jnp.asarray(step_num, jnp.float32), 1.0)
+    return peak * (warmup_steps / (warmup_steps + step - 1.0)) ** 0.5
+  return schedule
+
+
 def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
-  """The schedule as a function of optax's update count, which starts at 0 for update 1."""
-  paper = rsqrt_warmup(config.model.d_model, config.warmup_steps, config.learning_rate_scale)
+  """The schedule as a function of optax's update count, which starts at 0 for update 1.
+
+  config.lr_schedule: 'warmup_rsqrt' (§5.3), 'rsqrt' (rsqrt_decay from config.learning_rate,
+  or from §5.3's peak d_model^-0.5 · warmup_steps^-0.5 · scale where that is 0) or
+  'constant' (config.learning_rate throughout). The last two suit fine-tuning
+  (config.init_from), whose parameters need no warm-up.
+  """
+  d_model, warmup, scale = config.model.d_model, config.warmup_steps, config.learning_rate_scale
+  kind = config.get('lr_schedule', 'warmup_rsqrt')
+  if kind == 'constant':
+    return optax.constant_schedule(config.learning_rate)
+  if kind == 'rsqrt':
+    peak = config.learning_rate or scale * d_model ** -0.5 * warmup ** -0.5
+    decay = rsqrt_decay(peak, warmup)
+    return lambda count: decay(count + 1)
+  paper = rsqrt_warmup(d_model, warmup, scale)
   return lambda count: paper(count + 1)
 
 
