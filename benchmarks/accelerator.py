@@ -3,6 +3,8 @@
   python benchmarks/accelerator.py [--size auto|full|tiny] [--out FILE]
                                    [--parts matmul,train,peer,decode,batching,compile,demo]
   python benchmarks/accelerator.py --parts matmul,forms,profile [--forms A,B] [--profile-dir D]
+  python benchmarks/accelerator.py --parts matmul,train,forms,flags,decode,demo \\
+      --dtypes bfloat16 --demo-batchings packed --out levers.jsonl    # the levers' prices
 
 Prints JSON lines as it goes (and appends them to --out), then a markdown table:
   matmul   the chip's bf16 (and float32) matmul rate, 8192³, measured in this run: the
@@ -14,7 +16,8 @@ Prints JSON lines as it goes (and appends them to --out), then a markdown table:
   peer     flax's examples/wmt step (benchmarks/peers/flax_wmt.py) on the base shape, bf16
   decode   base beam-4 search (§6.1: α 0.6, input + 50, early stopping) of 64 and 512
            random 32-token sentences in bfloat16, and of the 64 in float32: sentences/s, and
-           the share of sentences whose bf16 output ids equal float32's
+           the share of sentences whose bf16 output ids equal float32's; then bf16 at 64 to
+           1024 sentences (decode_sweep: what config.decode_tokens_per_batch=0 takes)
   batching the base train step on real text (the WMT sample where $T2T_WMT_SAMPLE names it,
            else the demo corpus), §5.1's length buckets against packed rows
            (benchmarks/batchings.py): real target tokens a second, padding, compile seconds
@@ -22,11 +25,15 @@ Prints JSON lines as it goes (and appends them to --out), then a markdown table:
            (cold), then in another that finds it there (warm): compile and process seconds
   demo     the built-in demo end to end in a fresh workdir (train, average, eval), the
            compilation cache off: seconds of each, compile seconds (JAX_LOG_COMPILES), BLEU;
-           for each config.batching of --demo-batchings (default: the config's, 'auto')
-Two more parts run only when --parts names them:
-  forms    the price of each hardware form: the base bf16 train step and beam search with
-           the 'xla' forms, then with one form swapped at a time (FORMS, DECODE_FORMS), side
-           by side; --forms / --decode-forms pick some
+           for each config.batching of --demo-batchings (default: the config's, 'auto');
+           then beam 4 with its trained weights over 64 and 512 test sentences, early
+           stopping on (trained_search)
+Three more parts run only when --parts names them:
+  forms    the price of each lever and form: the base bf16 train step and beam search with
+           the 'xla' forms, then with each lever of kernels.py (or a probe's form) in their
+           place (FORMS, DECODE_FORMS), side by side; --forms / --decode-forms pick some
+  flags    the base bf16 step and the beam search of the most sentences under each
+           XLA_FLAGS set of FLAG_SETS (GPU command buffers), a process each
   profile  a jax.profiler trace of three base bf16 steps ('xla' forms): device time by
            kernel, the largest first, and the trace and the optimized program under
            --profile-dir (what each fusion computes is in the program's text)
@@ -52,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 import common  # benchmarks/common.py: the repository on sys.path
 
@@ -61,22 +69,26 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from t2t_jax.config import rules  # noqa: E402
 from t2t_jax.decoding import decode, translator  # noqa: E402
-from t2t_jax.model import kernels, transformer  # noqa: E402
+from t2t_jax.model import kernels  # noqa: E402
 from t2t_jax.model.transformer import ModelConfig, Transformer, train_step_flops  # noqa: E402
 from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
 from t2t_jax.training import optim, train_step  # noqa: E402
 
 ROOT = common.ROOT
 emit, random_ids = common.emit, common.random_ids
-PARTS = ('matmul', 'train', 'forms', 'profile', 'peer', 'decode', 'batching', 'compile', 'demo')
-DEFAULT_PARTS = tuple(p for p in PARTS if p not in ('forms', 'profile'))  # those two: asked
+PARTS = ('matmul', 'train', 'forms', 'profile', 'flags', 'peer', 'decode', 'batching', 'compile',
+         'demo')
+DEFAULT_PARTS = tuple(p for p in PARTS if p not in ('forms', 'profile', 'flags'))  # asked for
 # What each size runs. 'tiny' keeps every code path at sizes a CPU runs in seconds.
 SIZES = {
     'full': dict(matmul=8192, rows=384, length=64, steps=10, sentences=(64, 512),
+                 sweep=(64, 128, 256, 512, 1024),
                  source_length=32, extra_length=50, model={}, demo=[],
                  batching=dict(config='base', batches=6, rounds=2, changes={})),
-    'tiny': dict(matmul=256, rows=8, length=16, steps=2, sentences=(4, 8), source_length=8,
+    'tiny': dict(matmul=256, rows=8, length=16, steps=2, sentences=(4, 8), sweep=(2, 4, 8),
+                 source_length=8,
                  extra_length=6, model=dict(num_layers=1, d_model=32, d_ff=64, num_heads=2),
                  vocab_size=128,
                  batching=dict(config='demo', batches=2, rounds=1, changes=dict(
@@ -278,6 +290,12 @@ def bench_decode(size: dict, out: str | None, dtypes: list[str]) -> list[dict]:
                        'sentences_per_s': round(rows / seconds, 1),
                        'output_tokens': int((ids != 0).sum()),
                        'compile_s': round(compile_s, 1)}, out))
+  for rows in size['sweep']:  # config.decode_tokens_per_batch=0's per-platform value
+    lowered, args = prepare_search(f32.replace(dtype='bfloat16'), size, rows, mesh, params)
+    seconds, _ = time_search(lowered.compile(), args)
+    lines.append(emit({'part': 'decode_sweep', 'dtype': 'bfloat16', 'sentences': rows,
+                       'padded_source_tokens': rows * size['source_length'],
+                       'sentences_per_s': round(rows / seconds, 1)}, out))
   first = size['sentences'][0]
   if ('float32', first) not in outputs:
     return lines
@@ -290,21 +308,6 @@ def bench_decode(size: dict, out: str | None, dtypes: list[str]) -> list[dict]:
 
 # ---------------------------------------------------------------- forms: each form's price
 
-def key_words(key: jax.Array) -> jax.Array:
-  """uint32 [2]: the words of a (typed or raw) threefry key."""
-  if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-    key = jax.random.key_data(key)
-  return key.reshape(-1).astype(jnp.uint32)[:2]
-
-
-def rbg_bits(shape: tuple[int, ...], key: jax.Array) -> jax.Array:
-  """uint32 bits from XLA's RngBitGenerator (jax's 'unsafe_rbg' keys), seeded by the call's
-  key: the generator GPU and TPU recipes commonly draw dropout masks from."""
-  words = key_words(key)
-  seed = jnp.concatenate([words, words ^ np.uint32(0x9E3779B9)])
-  return jax.random.bits(jax.random.wrap_key_data(seed, impl='unsafe_rbg'), shape, jnp.uint32)
-
-
 def no_bits(shape: tuple[int, ...], key: jax.Array) -> jax.Array:
   """All-zero bits (every element kept): the step without a generator, masks still applied."""
   del key
@@ -316,52 +319,44 @@ def bf16_tied_logits(x: jax.Array, embedding: jax.Array) -> jax.Array:
   return jnp.einsum('btm,vm->btv', x, embedding).astype(jnp.float32)
 
 
-PLAIN_ATTENTION = transformer.scaled_dot_product_attention
-
-
-def cudnn_attention(query, key, value, mask, *, kv_layout: str = 'bkhd'):
-  """§3.2.1 by jax.nn.dot_product_attention's cuDNN kernel: a causal-only mask [1, 1, q, k]
-  as is_causal, a padding mask [b, 1, 1, k] broadcast over the queries; no weights."""
-  if kv_layout != 'bkhd':  # the decoding cache's layout
-    return PLAIN_ATTENTION(query, key, value, mask, kv_layout=kv_layout)
-  causal = mask is not None and mask.shape[0] == 1 and mask.shape[2] > 1
-  if mask is not None and not causal:
-    mask = jnp.broadcast_to(mask, (query.shape[0], 1, query.shape[1], mask.shape[-1]))
-  out = jax.nn.dot_product_attention(query, key, value, mask=None if causal else mask,
-                                     is_causal=causal, implementation='cudnn')
-  return out, None
-
-
 XLA_FORMS = kernels.KERNELS['xla']
-# The train step's candidates: the 'xla' forms with one swapped (or attention replaced).
+# The train step's candidates: each a config.model.kernels value (the levers of kernels.py,
+# which a run can use), or, for a probe no config offers, the 'xla' forms with one swapped.
 FORMS = {
-    'xla': (XLA_FORMS, None),
-    'hash dropout bits': (dataclasses.replace(XLA_FORMS, dropout_bits=kernels.hash_bits), None),
-    'rbg dropout bits': (dataclasses.replace(XLA_FORMS, dropout_bits=rbg_bits), None),
-    'no dropout bits': (dataclasses.replace(XLA_FORMS, dropout_bits=no_bits), None),
-    'bf16 tied logits': (dataclasses.replace(XLA_FORMS, tied_logits=bf16_tied_logits), None),
-    'cudnn attention': (XLA_FORMS, cudnn_attention),
-    'cpu forms': (kernels.KERNELS['cpu'], None),
+    'xla': 'xla',
+    'one-pass loss': 'xla+one_pass_loss',
+    'fused attention': 'xla+fused_attention',  # cuDNN's where it serves
+    'rbg dropout bits': 'xla+rbg_dropout',
+    'hash dropout bits': 'xla+hash_dropout',
+    'all levers': 'xla+one_pass_loss+fused_attention+rbg_dropout',
+    'no dropout bits': dataclasses.replace(XLA_FORMS, dropout_bits=no_bits),  # the floor
+    'bf16 tied logits': dataclasses.replace(XLA_FORMS, tied_logits=bf16_tied_logits),
+    'cpu forms': 'cpu',
 }
-# The beam search's candidates.
+# The beam search's candidates (the encoder's attention is the lever's; the decoder's runs
+# over its cache).
 DECODE_FORMS = {
-    'xla': (XLA_FORMS, None),
-    'block top-k and max': (dataclasses.replace(XLA_FORMS, row_max=kernels.row_max,
-                                                top_k=kernels.block_top_k), None),
-    'cpu forms': (kernels.KERNELS['cpu'], None),
+    'xla': 'xla',
+    'fused attention': 'xla+fused_attention',
+    'block top-k and max': dataclasses.replace(XLA_FORMS, row_max=kernels.row_max,
+                                               top_k=kernels.block_top_k),
+    'cpu forms': 'cpu',
 }
 
 
 @contextlib.contextmanager
-def swapped(forms: kernels.Kernels, attention):
-  """While tracing: the 'xla' choice hands out `forms`, and attention is `attention`."""
-  saved = kernels.KERNELS['xla'], transformer.scaled_dot_product_attention
-  kernels.KERNELS['xla'] = forms
-  transformer.scaled_dot_product_attention = attention or PLAIN_ATTENTION
+def swapped(form: str | kernels.Kernels) -> Iterator[str]:
+  """A form of FORMS or DECODE_FORMS as the config.model.kernels value to build with: a
+  string as it is; a probe's Kernels handed out by the 'xla' choice while tracing."""
+  if isinstance(form, str):
+    yield form
+    return
+  saved = kernels.KERNELS['xla']
+  kernels.KERNELS['xla'] = form
   try:
-    yield
+    yield 'xla'
   finally:
-    kernels.KERNELS['xla'], transformer.scaled_dot_product_attention = saved
+    kernels.KERNELS['xla'] = saved
 
 
 def failed(part: str, form: str, error: Exception, out: str | None) -> dict:
@@ -380,8 +375,8 @@ def bench_forms(size: dict, peak: float, out: str | None, forms: list[str],
   lines, prepared, t0 = [], [], time.perf_counter()
   for form in forms:
     try:
-      with swapped(*FORMS[form]):
-        prepared.append((form, *prepare_train('base', size, 'bfloat16', kernels='xla')))
+      with swapped(FORMS[form]) as choice:
+        prepared.append((form, *prepare_train('base', size, 'bfloat16', kernels=choice)))
     except Exception as e:  # noqa: BLE001 -- a form this backend cannot lower is reported
       lines.append(failed('forms', form, e, out))
     progress(f'forms: {form} lowered', t0)
@@ -411,10 +406,11 @@ def bench_decode_forms(size: dict, out: str | None, forms: list[str]) -> list[di
   """Base bf16 beam-4 search with each of `forms` (of DECODE_FORMS) at each sentence count."""
   mesh, t0 = mesh_lib.make_mesh(), time.perf_counter()
   f32, params = decode_params(size, mesh)
-  c, lines, prepared = f32.replace(dtype='bfloat16', kernels='xla'), [], []
+  lines, prepared = [], []
   for form in forms:
     for rows in size['sentences']:
-      with swapped(*DECODE_FORMS[form]):
+      with swapped(DECODE_FORMS[form]) as choice:
+        c = f32.replace(dtype='bfloat16', kernels=choice)
         prepared.append((form, rows, *prepare_search(c, size, rows, mesh, params)))
   progress('decode forms: lowered', t0)
   compiled, compile_s = compile_all([p[2] for p in prepared])
@@ -498,6 +494,61 @@ def bench_profile(size: dict, out: str | None, profile_dir: str, steps: int = 3)
 
 # Child processes share the GPU with this one, which holds most of its memory already.
 CHILD_ENV = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false'}
+# The flags part: XLA_FLAGS sets for the gaps between a GPU's kernels (command buffers, i.e.
+# CUDA graphs), each priced on the base bf16 step in a process of its own (XLA reads its
+# flags once). Names this jaxlib does not know stop that process; the part reports it.
+FLAG_SETS = {
+    'default': '',
+    'command buffers off': '--xla_gpu_enable_command_buffer=',
+    'command buffers, every kind': '--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,'
+                                   'CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL '
+                                   '--xla_gpu_graph_min_graph_size=1',
+}
+
+
+def probe_step(size_name: str) -> None:
+  """In a fresh process (--probe-step): the base bf16 step's median ms and the base bf16
+  beam search's over the most sentences of the size (its loop is where launch gaps add up),
+  printed."""
+  size = SIZES[size_name]
+  _, lowered, state, batch = prepare_train('base', size, 'bfloat16')
+  step_s, _ = time_steps(lowered.compile(), state, batch, size['steps'])
+  mesh = mesh_lib.make_mesh()
+  f32, params = decode_params(size, mesh)
+  rows = size['sentences'][-1]
+  search, args = prepare_search(f32.replace(dtype='bfloat16'), size, rows, mesh, params)
+  search_s, _ = time_search(search.compile(), args)
+  print(json.dumps({'ms': round(step_s * 1e3, 2), 'search_ms': round(search_s * 1e3, 1),
+                    'sentences': rows}))
+
+
+def bench_flags(size_name: str, out: str | None) -> list[dict]:
+  """The base bf16 step and search under each of FLAG_SETS, a process each."""
+  times: dict[str, list[dict]] = {name: [] for name in FLAG_SETS}
+  lines = []
+  for _ in range(1):  # more rounds (A B C A B C) where the time allows
+    for name, flags in list(FLAG_SETS.items()):
+      env = dict(os.environ, **CHILD_ENV,
+                 XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip())
+      result = subprocess.run([sys.executable, __file__, '--probe-step', '--size', size_name],
+                              env=env, capture_output=True, text=True)
+      if result.returncode:
+        lines.append(failed('flags', name, RuntimeError(result.stderr.strip()[-300:]), out))
+        times.pop(name, None)
+        continue
+      if name in times:
+        times[name].append(json.loads(result.stdout.strip().splitlines()[-1]))
+  best = {name: {key: min(r[key] for r in runs) for key in ('ms', 'search_ms')}
+          for name, runs in times.items() if runs}
+  base = best.get('default')
+  for name, figures in best.items():
+    lines.append(emit({'part': 'flags', 'form': name, 'xla_flags': FLAG_SETS[name],
+                       'ms': figures['ms'], 'search_ms': figures['search_ms'],
+                       'sentences': times[name][0]['sentences'],
+                       'vs_xla': round(figures['ms'] / base['ms'], 3) if base else None,
+                       'search_vs_xla': round(figures['search_ms'] / base['search_ms'], 3)
+                       if base else None}, out))
+  return lines
 
 
 def probe_compile(size_name: str) -> None:
@@ -569,6 +620,39 @@ def bench_demo_chain(size: dict, out: str | None, batching: str) -> list[dict]:
         with open(scores) as f:
           line['sacrebleu'] = json.load(f)['sacrebleu']
       lines.append(emit(line, out))
+    lines += bench_trained_search(workdir, size, out, batching)
+  return lines
+
+
+def bench_trained_search(workdir: str, size: dict, out: str | None, batching: str) -> list[dict]:
+  """Beam 4 with the demo's trained (averaged) weights over its first test sentences, as
+  many as each of size['sentences'] (repeated where the test set is shorter; rounded up to
+  a multiple of the devices), one batch of
+  the bucket of the longest, early stopping on as in eval: sentences a second. Random
+  weights (the decode part) rarely end a sentence; trained ones end most early."""
+  tr = translator.Translator.from_workdir(workdir, {'compilation_cache_dir': ''})
+  with open(os.path.join(workdir, 'demo_corpus', 'test.en'), encoding='utf-8') as f:
+    test = f.read().splitlines()
+  _, encoded = translator.encode_inputs(test, tr.tokenizer, tr.max_input_length)
+  lines, decoder = [], tr.decoder()
+  for asked in size['sentences']:
+    rows = -(-asked // tr.mesh.size) * tr.mesh.size  # a whole number of rows a device
+    chosen = [encoded[i % len(encoded)] for i in range(rows)]
+    length = -(-max(len(ids) for ids in chosen) // 8) * 8
+    src = np.zeros((rows, length), np.int32)
+    for r, ids in enumerate(chosen):
+      src[r, :len(ids)] = ids
+    src = mesh_lib.shard_batch({'src': src}, tr.mesh)['src']
+    args = (tr.decoding_params, src, np.float32(tr.config.beam_alpha))
+    t0 = time.perf_counter()
+    compiled = decoder.lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+    seconds, ids = time_search(compiled, args)
+    lines.append(emit({'part': 'trained_search', 'batching': batching, 'sentences': rows,
+                       'source_length': length, 'weights': 'demo, trained',
+                       'ms': round(seconds * 1e3, 1), 'sentences_per_s': round(rows / seconds, 1),
+                       'output_tokens': int((np.asarray(ids) != 0).sum()),
+                       'compile_s': round(compile_s, 1)}, out))
   return lines
 
 
@@ -581,7 +665,7 @@ def table(lines: list[dict]) -> str:
                     if k in line)
     figure = ', '.join(f'{k} {line[k]}' for k in (
         'tflop_per_s', 'ms', 'target_tokens_per_s', 'tokens_per_s', 'fraction_of_peak',
-        'padding_efficiency', 'vs_xla', 'sentences_per_s',
+        'padding_efficiency', 'vs_xla', 'search_ms', 'search_vs_xla', 'sentences_per_s',
         'ids_equal_xla_share', 'bf16_ids_equal_float32_share', 'busy_ms_per_step',
         'ms_per_step', 'calls_per_step', 'seconds', 'compile_s', 'process_s', 'sacrebleu',
         'error')
@@ -602,8 +686,9 @@ def main() -> None:
   parser.add_argument('--configs', default='base,big', help='train: of ' + ','.join(common.CONFIGS))
   parser.add_argument('--dtypes', default='bfloat16,float32', help='train and decode')
   parser.add_argument('--sentences', default='', help='decode: sentence counts (64,512)')
-  parser.add_argument('--kernels', default='auto', choices=('auto', 'xla', 'cpu'),
-                      help='config.model.kernels of every model (t2t_jax/model/kernels.py)')
+  parser.add_argument('--kernels', default='auto',
+                      help="config.model.kernels of every model (t2t_jax/model/kernels.py): "
+                      "'auto', 'xla', 'cpu', with levers ('xla+one_pass_loss')")
   parser.add_argument('--demo-batchings', default='auto',
                       help='demo: config.batching of each chain (auto, buckets, packed)')
   parser.add_argument('--out', default=None, help='also append the JSON lines to this file')
@@ -611,11 +696,16 @@ def main() -> None:
                       help="profile: where the trace and the program go (default: a new "
                       "temporary folder)")
   parser.add_argument('--probe-compile', action='store_true', help=argparse.SUPPRESS)
+  parser.add_argument('--probe-step', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()
   size_name = args.size if args.size != 'auto' else (
       'tiny' if jax.default_backend() == 'cpu' else 'full')
   if args.probe_compile:
     return probe_compile(size_name)
+  if args.probe_step:
+    return probe_step(size_name)
+  if args.kernels != 'auto' and not rules.CONCRETE_KERNELS.test(args.kernels):
+    parser.error(f'--kernels={args.kernels}: {rules.CONCRETE_KERNELS.allowed}')
   size, parts = dict(SIZES[size_name]), args.parts.split(',')
   KERNELS['choice'] = args.kernels
   if args.sentences:
@@ -642,6 +732,7 @@ def main() -> None:
              'forms': lambda: bench_forms(size, peak, args.out, forms, decode_forms),
              'profile': lambda: bench_profile(size, args.out,
                                               args.profile_dir or tempfile.mkdtemp()),
+             'flags': lambda: bench_flags(size_name, args.out),
              'decode': lambda: bench_decode(size, args.out, dtypes),
              'batching': lambda: bench_batching(size, args.out),
              'compile': lambda: bench_compile(size_name, args.out),

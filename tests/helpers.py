@@ -155,6 +155,7 @@ F32_EPS = float(np.finfo(np.float32).eps)  # 2**-23: float32's rounding, relativ
 # A float32 result computed in another order: a sum of n terms rounds within (n - 1)·eps of
 # its terms' magnitude, and these tests' tiny models sum at most ~128 terms a level.
 REORDERED_F32 = 128 * F32_EPS
+BF16_EPS = float(jax.numpy.finfo(jax.numpy.bfloat16).eps)  # 2**-7: bfloat16's spacing at 1
 
 
 def trained_rtol(steps: int) -> float:

@@ -16,9 +16,10 @@ def test_the_accelerator_benchmark_runs_its_parts_in_process(tmp_path):
   env = cpu_env(None)  # one CPU device, as on one accelerator
   # The compile and demo parts run processes of their own: test_benchmarks.py runs them on
   # those processes' output, and the demo's modes run in test_notebook.py and test_readme.py.
-  parts = 'matmul,train,forms,profile,peer,decode'
+  parts = 'matmul,train,forms,profile,flags,peer,decode'
   result = subprocess.run([sys.executable, 'benchmarks/accelerator.py', '--size=tiny',
-                           f'--out={out}', f'--parts={parts}', '--forms=xla,bf16 tied logits',
+                           f'--out={out}', f'--parts={parts}',
+                           '--forms=xla,bf16 tied logits,all levers',
                            '--decode-forms=xla,cpu forms', f'--profile-dir={tmp_path}/profile'],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -27,6 +28,10 @@ def test_the_accelerator_benchmark_runs_its_parts_in_process(tmp_path):
   assert parts[0] == 'device' and lines[0]['size'] == 'tiny'
   assert parts.count('matmul') == 2 and parts.count('train') == 4 and parts.count('peer') == 1
   assert parts.count('decode') == 3 and parts.count('decode_agreement') == 1
+  assert [line['sentences'] for line in lines if line['part'] == 'decode_sweep'] == [2, 4, 8]
+  # Each XLA_FLAGS set in a process of its own: the GPU flags' names parse here too.
+  assert [line['form'] for line in lines if line['part'] == 'flags'] == [
+      'default', 'command buffers off', 'command buffers, every kind']
   for line in lines:
     if line['part'] in ('train', 'peer'):
       assert line['ms'] > 0 and 0 < line['fraction_of_peak']
@@ -35,8 +40,8 @@ def test_the_accelerator_benchmark_runs_its_parts_in_process(tmp_path):
       # the elementwise work: the same order of magnitude.
       assert 0.5 < line['xla_gflop'] / line['analytic_gflop'] < 3
   forms = [line for line in lines if line['part'] == 'forms']
-  assert [line['form'] for line in forms] == ['xla', 'bf16 tied logits']
-  assert forms[0]['vs_xla'] == 1 and forms[1]['vs_xla'] > 0
+  assert [line['form'] for line in forms] == ['xla', 'bf16 tied logits', 'all levers']
+  assert forms[0]['vs_xla'] == 1 and forms[1]['vs_xla'] > 0 and forms[2]['vs_xla'] > 0
   decode_forms = [(line['form'], line['sentences'], line['ids_equal_xla_share'])
                   for line in lines if line['part'] == 'decode_forms']
   # The CPU forms' top-k and maximum give lax.top_k's and jnp.max's beams.

@@ -154,6 +154,8 @@ def test_the_beam_search_for_accelerators(platform):
   text = jax.export.export(decoder, platforms=[platform])(
       params, src, jax.ShapeDtypeStruct((), jnp.float32)).mlir_module()
   found = assert_accelerator_forms(text)
+  # No host round trip in the loop: a step's cost on a GPU is its kernels alone.
+  assert not re.search(r'callback|infeed|outfeed|stablehlo\.(send|recv)', text)
   assert {d.name.split('/')[-2] for d in found if d.dtypes[2] == 'f32'} == {
       'bqhd,bkhd->bhqk',  # the encoder's self-attention
       'bqhd,bhdn->bhqn', 'bqhd,bqhd->bhq',  # the decoder's, over its cache and its own key
@@ -175,3 +177,71 @@ def test_the_cpu_program_has_the_cpu_forms_these_tests_look_for():
   assert kernels.CPU_SCOPE in text and 'optimization_barrier' in text
   with pytest.raises(AssertionError):
     assert_accelerator_forms(text)
+
+
+# ---------------------------------------------------------------- levers (kernels.LEVERS)
+
+@functools.cache
+def lever_train_program(platform: str, forms: str, dtype: str = 'bfloat16') -> str:
+  c, config = base_config(platform)
+  c = c.replace(kernels=forms, dtype=dtype)
+  tx = optim.make_optimizer(config)
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
+  train, _ = train_step.compile_steps(c, tx, config.label_smoothing, mesh)
+  return jax.export.export(train, platforms=[platform])(abstract_state(c, tx),
+                                                         batch_shapes()).mlir_module()
+
+
+def token_vocabulary_indexing(text: str, vocab_size: int) -> list[str]:
+  """The gathers and scatters of a program over a [rows, length, vocabulary] array."""
+  return [line.strip() for line in text.splitlines()
+          if re.search(r'stablehlo\.(gather|scatter)', line)
+          and f'{ROWS}x{LENGTH}x{vocab_size}x' in line]
+
+
+def test_the_one_pass_loss_for_accelerators():
+  """Lever 'one_pass_loss': the GPU program reads and differentiates z_y without a gather or
+  a scatter over [tokens, vocabulary] ('xla''s loss has both), with the same products."""
+  c, _ = base_config('cuda')
+  ours = lever_train_program('cuda', 'xla+one_pass_loss')
+  found = assert_accelerator_forms(ours)
+  assert token_vocabulary_indexing(ours, c.vocab_size) == []
+  assert token_vocabulary_indexing(train_program('cuda', 1), c.vocab_size) != []
+  assert sum(d.flops for d in found) == train_step_flops(c, ROWS, LENGTH, LENGTH)
+
+
+def test_the_one_pass_loss_keeps_one_logits_sized_buffer_fewer():
+  """Compiled here (XLA:CPU, bfloat16, a vocabulary whose [tokens, vocabulary] buffers
+  outweigh everything else): its temporaries hold at least one float32 [tokens, vocabulary]
+  buffer fewer than 'xla''s (the scatter's; its gradient is written once, in bfloat16)."""
+  config = wmt_ende_base.get_config()
+  config.vocab_size = 8192
+  config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=2, dtype='bfloat16')
+  tx = optim.make_optimizer(config)
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
+  temp = {}
+  for forms in ('xla', 'xla+one_pass_loss'):
+    c = ModelConfig.from_config(config, 'cpu').replace(kernels=forms)
+    train, _ = train_step.compile_steps(c, tx, config.label_smoothing, mesh)
+    compiled = train.lower(abstract_state(c, tx), batch_shapes()).compile()
+    temp[forms] = compiled.memory_analysis().temp_size_in_bytes
+  logits_bytes = ROWS * LENGTH * config.vocab_size * 4
+  assert temp['xla+one_pass_loss'] <= temp['xla'] - logits_bytes, temp
+
+
+def test_rbg_dropout_for_accelerators():
+  """Lever 'rbg_dropout': the GPU program draws its masks with XLA's RngBitGenerator, one
+  instruction, where 'xla' computes threefry (none of it in the other)."""
+  ours = lever_train_program('cuda', 'xla+rbg_dropout')
+  assert_accelerator_forms(ours)
+  assert 'stablehlo.rng_bit_generator' in ours
+  assert 'stablehlo.rng_bit_generator' not in train_program('cuda', 1)
+
+
+def test_fused_attention_leaves_what_it_cannot_serve_as_it_was():
+  """Lever 'fused_attention' in float32 (which cuDNN's kernel does not serve): the same
+  products as 'xla', attention computed by the model. Where it serves (bfloat16 on a GPU)
+  JAX lowers it only with cuDNN present, so that program is checked by the device script,
+  not here."""
+  ours = lever_train_program('cuda', 'xla+fused_attention', 'float32')
+  assert dots(ours) == dots(lever_train_program('cuda', 'xla', 'float32'))

@@ -17,6 +17,7 @@ import gzip
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -354,17 +355,20 @@ def test_the_profile_counts_the_device_threads_alone(bench, tmp_path):
 
 
 def test_a_swapped_form_is_undone_whatever_happens(bench):
-  """accelerator.py's forms part: the 'xla' forms and the attention are restored after a
-  lowering, also one that fails."""
+  """accelerator.py's forms part: a lever is a config.model.kernels value, built as it is; a
+  probe's forms are handed out by 'xla' while tracing, and put back after a lowering, also
+  one that fails."""
   accelerator = bench('accelerator')
-  from t2t_jax.model import kernels, transformer  # noqa: PLC0415 -- beside the module under test
-  before = kernels.KERNELS['xla'], transformer.scaled_dot_product_attention
-  with pytest.raises(RuntimeError), accelerator.swapped(*accelerator.FORMS['cudnn attention']):
-    assert transformer.scaled_dot_product_attention is accelerator.cudnn_attention
+  from t2t_jax.model import kernels  # noqa: PLC0415 -- beside the module under test
+  before = kernels.KERNELS['xla']
+  with accelerator.swapped(accelerator.FORMS['one-pass loss']) as choice:
+    assert choice == 'xla+one_pass_loss' and kernels.KERNELS['xla'] is before
+  with pytest.raises(RuntimeError), accelerator.swapped(accelerator.FORMS['no dropout bits']):
+    assert kernels.KERNELS['xla'].dropout_bits is accelerator.no_bits
     raise RuntimeError('a form this backend cannot lower')
-  with accelerator.swapped(*accelerator.FORMS['hash dropout bits']):
-    assert kernels.KERNELS['xla'].dropout_bits is kernels.hash_bits
-  assert (kernels.KERNELS['xla'], transformer.scaled_dot_product_attention) == before
+  assert kernels.KERNELS['xla'] is before
+  # Every lever of kernels.py is among the forms priced.
+  assert {f'xla+{lever}' for lever in kernels.LEVERS} <= set(accelerator.FORMS.values())
 
 
 def test_the_demo_and_compile_parts_read_the_processes_they_start(bench, tmp_path,
@@ -393,6 +397,10 @@ def test_the_demo_and_compile_parts_read_the_processes_they_start(bench, tmp_pat
     return subprocess.CompletedProcess(argv, 0, stdout='', stderr=log)
 
   monkeypatch.setattr(accelerator.subprocess, 'run', fake_run)
+  searched = []  # the trained search (its own test: the accelerator test) gets each chain's run
+  monkeypatch.setattr(accelerator, 'bench_trained_search',
+                      lambda workdir, size, out, batching: searched.append((workdir, batching))
+                      or [])
   out = str(tmp_path / 'figures.jsonl')
   demo = accelerator.bench_demo(accelerator.SIZES['full'], out, ['buckets', 'packed'])
   assert [(line['batching'], line['mode'], line['compilations'], line['compile_s'])
@@ -401,6 +409,8 @@ def test_the_demo_and_compile_parts_read_the_processes_they_start(bench, tmp_pat
   assert demo[2]['sacrebleu'] == 12.5 and 'sacrebleu' not in demo[0]
   workdirs = [a for argv, _ in calls for a in argv if a.startswith('--workdir=')]
   assert len(set(workdirs)) == 2 and len(workdirs) == 6  # a fresh one for each chain
+  assert searched == [(workdirs[0][len('--workdir='):], 'buckets'),
+                      (workdirs[3][len('--workdir='):], 'packed')]
   assert not any(os.path.exists(w[len('--workdir='):]) for w in workdirs)
   for argv, env in calls:
     assert argv[1:4] == ['-m', 't2t_jax.main', '--config=experiments/demo.py']
@@ -444,3 +454,18 @@ def test_interactive_feeds_translate_alike_from_a_file_stdin_and_a_pipe(bench, t
   assert all(line[f'{feed}_s'] > 0 for feed in interactive.FEEDS)
   # (the ratio of the unrounded seconds)
   assert line['pipe_vs_file'] == pytest.approx(line['pipe_s'] / line['file_s'], abs=0.02)
+
+
+def test_the_trained_search_decodes_a_runs_test_sentences(bench, tiny_workdir, tmp_path):
+  """accelerator.py's trained_search: a trained run's beam search over its first test
+  sentences, as many as each count asks (repeated), in one batch each."""
+  accelerator = bench('accelerator')
+  run = tmp_path / 'run'
+  shutil.copytree(tiny_workdir, run)
+  (run / 'demo_corpus').mkdir()
+  (run / 'demo_corpus' / 'test.en').write_text('5 6 7\n11 12\n9 9 9 9\n')
+  lines = accelerator.bench_trained_search(str(run), {'sentences': (2, 5)}, None, 'buckets')
+  devices = jax.device_count()  # a whole number of rows a device
+  assert [(line['sentences'], line['source_length']) for line in lines] == [
+      (-(-n // devices) * devices, 8) for n in (2, 5)]
+  assert all(line['sentences_per_s'] > 0 and line['output_tokens'] > 0 for line in lines)

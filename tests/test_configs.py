@@ -199,7 +199,7 @@ BAD_VALUES = [
     ('sample_top_k', -1), ('sample_seed', -1), ('sample_seed', 2**32), ('ensemble', None),
     ('ensemble_weights', None), ('lr_schedule', 'cosine'), ('learning_rate', -1.0),
     ('average_select', 'worst'),
-    ('decode_extra_length', -1), ('decode_tokens_per_batch', 0), ('decode_bucket_growth', 0.5),
+    ('decode_extra_length', -1), ('decode_tokens_per_batch', -1), ('decode_bucket_growth', 0.5),
     ('max_decode_input_length', 0),
     ('eval_split', 'valid'), ('eval_bleu_every_steps', -1), ('checkpoint_every_minutes', -10.0),
     ('checkpoint_every_steps', -1), ('keep_checkpoints', 0), ('average_last', 0),
@@ -239,6 +239,31 @@ def test_ensemble_weights_are_one_positive_number_a_model(ensemble, weights, mes
   config.ensemble, config.ensemble_weights = ensemble, weights
   with pytest.raises(errors.UserError, match=r'^config.ensemble_weights=.*' + message):
     rules.validate(config, 'translate')
+
+
+@pytest.mark.parametrize('value,ok', [('xla+one_pass_loss', True), ('cpu+fused_attention', True),
+                                      ('xla+rbg_dropout+one_pass_loss', True), ('auto', True),
+                                      ('xla+nope', False), ('xla+rbg_dropout+rbg_dropout', False),
+                                      ('one_pass_loss', False), ('auto+one_pass_loss', False)])
+def test_kernels_take_levers_after_a_choice(value, ok):
+  config = demo.get_config()
+  config.model.kernels = value
+  if ok:
+    rules.validate(config)
+    assert ModelConfig.from_config(config).forms.name.split('+')[1:] == value.split('+')[1:]
+  else:
+    with pytest.raises(errors.UserError, match=r"^config.model.kernels: must be 'auto' or one of "
+                                               r"\('xla', 'cpu'\), then levers joined by '\+'"):
+      rules.validate(config)
+
+
+def test_decode_tokens_per_batch_0_is_per_platform():
+  config = demo.get_config()
+  assert config.decode_tokens_per_batch == 0
+  assert [rules.decode_tokens_of(config, b) for b in ('cpu', 'gpu', 'tpu')] == [4096, 16384,
+                                                                              16384]
+  config.decode_tokens_per_batch = 1000
+  assert rules.decode_tokens_of(config, 'gpu') == 1000
 
 
 def test_a_constant_rate_needs_its_rate():

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from helpers import BF16_EPS
 from t2t_jax.model import kernels
 from t2t_jax.model import transformer as model_lib
 
@@ -168,3 +169,83 @@ def test_square_and_tall_kernels_get_their_gradients_in_the_faster_forms():
   assert not contracts_rows(square) and re.search(rf'= f32\[{n},{rows}\]\S* (?:fusion|copy)',
                                                   square)
   assert contracts_rows(plain_square)
+
+
+# ---------------------------------------------------------------- levers for accelerators
+
+def test_rbg_bits_are_uniform_keyed_and_drop_at_the_rate():
+  """kernels.rbg_bits (lever 'rbg_dropout'): each of the 32 bits fair, the same key the same
+  bits, another key other bits; and Dropout with them keeps 1 - rate of the elements."""
+  key = jax.random.PRNGKey(3)
+  bits = np.asarray(kernels.rbg_bits((500, 1000), key))
+  per_bit = np.unpackbits(bits.view(np.uint8)).reshape(-1, 32).mean(axis=0)
+  assert np.abs(per_bit - 0.5).max() < 0.005  # 5e5 draws: 3.5 standard deviations
+  np.testing.assert_array_equal(bits, kernels.rbg_bits((500, 1000), key))
+  other = np.asarray(kernels.rbg_bits((500, 1000), jax.random.fold_in(key, 1)))
+  assert abs(((bits < 2 ** 31) & (other < 2 ** 31)).mean() - 0.25) < 0.002
+  y = np.asarray(model_lib.Dropout(0.3, kernels.rbg_bits).apply(
+      {}, jnp.ones((400, 500)), deterministic=False, rngs={'dropout': key}))
+  np.testing.assert_allclose(np.unique(y), [0.0, 1 / 0.7], rtol=1e-6)
+  assert abs((y > 0).mean() - 0.7) < 0.005
+
+
+def _attention_inputs(dtype, heads=2, size=16, rows=3, length=7):
+  rng = np.random.default_rng(0)
+  q, k, v = (jnp.asarray(rng.normal(size=(rows, length, heads, size)), dtype) for _ in range(3))
+  ids = np.array([[5, 6, 7, 8, 9, 0, 0], [5, 6, 0, 0, 0, 0, 0], [5, 6, 7, 8, 9, 4, 3]])
+  segments = jnp.asarray([[1, 1, 2, 2, 2, 0, 0], [1, 2, 3, 0, 0, 0, 0], [1, 1, 1, 1, 2, 2, 2]])
+  masks = {'none': None, 'padding': model_lib.padding_mask(jnp.asarray(ids)),
+           'causal': model_lib.causal_mask(length),
+           'packed causal': model_lib.causal_mask(length) & model_lib.segment_mask(segments,
+                                                                                   segments)}
+  return q, k, v, masks
+
+
+@pytest.mark.parametrize('mask', ['none', 'padding', 'causal', 'packed causal'])
+def test_fused_attention_is_the_models_attention(mask):
+  """Lever 'fused_attention': jax.nn.dot_product_attention with each mask the model makes
+  gives scaled_dot_product_attention's output to bfloat16's rounding (XLA's implementation
+  here; cuDNN's on a GPU, where the device script compares them), float32 logits both."""
+  q, k, v, masks = _attention_inputs(jnp.bfloat16)
+  fused = kernels.fused_attention(q, k, v, masks[mask], implementation='xla')
+  plain, _ = model_lib.scaled_dot_product_attention(q, k, v, masks[mask])
+  assert fused.dtype == plain.dtype == jnp.bfloat16
+  np.testing.assert_allclose(np.asarray(fused, np.float32), np.asarray(plain, np.float32),
+                             rtol=2 * BF16_EPS, atol=2 * BF16_EPS)
+
+
+def test_fused_attention_leaves_to_the_model_what_it_cannot_serve():
+  """float32, heads wider than 128 (Table 3 row (A)), d_k ≠ d_v: None, the model's own form."""
+  q, k, v, masks = _attention_inputs(jnp.float32)
+  assert kernels.fused_attention(q, k, v, masks['causal']) is None
+  wide = jnp.zeros((1, 4, 1, 256), jnp.bfloat16)
+  assert kernels.fused_attention(wide, wide, wide, None) is None
+  narrow_v = jnp.zeros((1, 4, 2, 8), jnp.bfloat16)
+  assert kernels.fused_attention(jnp.zeros((1, 4, 2, 16), jnp.bfloat16),
+                                 jnp.zeros((1, 4, 2, 16), jnp.bfloat16), narrow_v, None) is None
+
+
+def test_a_model_with_the_fused_attention_gives_its_logits_and_keeps_its_maps():
+  """The whole model with 'xla+fused_attention' in bfloat16: the logits of 'xla' to
+  bfloat16's rounding; asked for attention maps, it computes them as before."""
+  c = model_lib.ModelConfig(vocab_size=40, num_layers=1, d_model=32, d_ff=64, num_heads=2,
+                            dtype='bfloat16', kernels='xla', deterministic=True)
+  src = jnp.array([[5, 6, 7, 1, 0], [8, 9, 1, 0, 0]])
+  tgt = jnp.array([[3, 4, 1, 0], [6, 1, 0, 0]])
+  params = model_lib.Transformer(c).init(jax.random.PRNGKey(0), src, tgt)['params']
+  plain = model_lib.Transformer(c).apply({'params': params}, src, tgt)
+  lever = c.replace(kernels='xla+fused_attention')
+  fused = model_lib.Transformer(lever).apply({'params': params}, src, tgt)
+  np.testing.assert_allclose(fused, plain, rtol=0.02, atol=0.02 * float(jnp.abs(plain).max()))
+  _, maps = model_lib.Transformer(lever).apply({'params': params}, src, tgt,
+                                               mutable=['intermediates'])
+  assert len(jax.tree_util.tree_leaves(maps)) == 3  # encoder self, decoder self and cross
+
+
+def test_levers_join_a_choice_by_plus():
+  forms = kernels.get('xla+one_pass_loss+rbg_dropout')
+  assert forms.name == 'xla+one_pass_loss+rbg_dropout'
+  assert (forms.loss, forms.dropout_bits, forms.tied_logits) == (
+      'one_pass', kernels.rbg_bits, kernels.xla_tied_logits)
+  assert kernels.get('cpu+fused_attention').dot_general is kernels.flat_dot_general
+  assert kernels.get('xla') is kernels.KERNELS['xla']

@@ -42,8 +42,10 @@ AVERAGE_SELECTS = ('last', 'best')
 DECODE_METHODS = ('beam', 'greedy', 'sample')
 POSITIONAL = ('sinusoidal', 'learned')  # §3.5; 'learned' is Table 3 row (E)
 COMPUTE_DTYPES = ('float32', 'bfloat16', 'float16')
-# kernels.py's choices of hardware forms; 'auto' is kernel_forms() of the platform.
+# kernels.py's choices of hardware forms; 'auto' is kernel_forms() of the platform. A choice
+# may add levers for accelerators (kernels.LEVERS): 'xla+one_pass_loss+fused_attention'.
 KERNEL_FORMS = ('xla', 'cpu')
+KERNEL_LEVERS = ('one_pass_loss', 'rbg_dropout', 'hash_dropout', 'fused_attention')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +83,21 @@ def one_of(*choices: str, note: str = '') -> Rule:
 def text(note: str = '', *, empty_ok: bool = False) -> Rule:
   allowed = f'a string{note}' if empty_ok else 'a non-empty string'
   return Rule(allowed, lambda v: isinstance(v, str) and (empty_ok or bool(v.strip())))
+
+
+def kernels_rule(*, auto: bool) -> Rule:
+  """config.model.kernels: one of KERNEL_FORMS, then any of KERNEL_LEVERS after '+', each
+  once (or 'auto', where `auto`: ModelConfig.from_config resolves it)."""
+  def test(value: Any) -> bool:
+    if not isinstance(value, str):
+      return False
+    if auto and value == 'auto':
+      return True
+    base, *levers = value.split('+')
+    return (base in KERNEL_FORMS and set(levers) <= set(KERNEL_LEVERS)
+            and len(set(levers)) == len(levers))
+  choices = ("'auto' or " if auto else '') + f'one of {KERNEL_FORMS}'
+  return Rule(f"{choices}, then levers joined by '+' from {KERNEL_LEVERS}", test)
 
 
 POSITIVE_INT = int_at_least(1)
@@ -158,7 +175,7 @@ RULES: dict[str, Rule] = {
     'ensemble_weights': text(" (positive numbers, comma-separated, one a model: this run's, "
                              "then each ensemble run's; '' = equal)", empty_ok=True),
     'decode_extra_length': int_at_least(0),
-    'decode_tokens_per_batch': POSITIVE_INT,
+    'decode_tokens_per_batch': int_at_least(0, ' (0 = per platform: decode_tokens_of)'),
     'decode_bucket_growth': number_at_least(1),
     'max_decode_input_length': POSITIVE_INT,
     'eval_split': one_of(*EVAL_SPLITS),
@@ -192,13 +209,12 @@ MODEL_RULES: dict[str, Rule] = {
     'positional': one_of(*POSITIONAL),
     'max_len': POSITIVE_INT,  # positions a learned embedding covers
     'dtype': one_of('auto', *COMPUTE_DTYPES),  # 'auto': compute_dtype()
-    'kernels': one_of('auto', *KERNEL_FORMS),  # 'auto': kernel_forms()
+    'kernels': kernels_rule(auto=True),  # 'auto': kernel_forms()
 }
 # A ModelConfig holds the compute dtype itself: ModelConfig.from_config resolved 'auto'.
 CONCRETE_DTYPE = one_of(*COMPUTE_DTYPES, note=" ('auto' is resolved by "
                                                "ModelConfig.from_config)")
-CONCRETE_KERNELS = one_of(*KERNEL_FORMS, note=" ('auto' is resolved by "
-                                              "ModelConfig.from_config)")
+CONCRETE_KERNELS = kernels_rule(auto=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,6 +267,22 @@ def kernel_forms(backend: str | None = None) -> str:
   ones, which XLA's GPU and TPU compilers take as they are, elsewhere."""
   backend = backend or jax.default_backend()
   return 'cpu' if backend == 'cpu' else 'xla'
+
+
+# config.decode_tokens_per_batch=0: padded source tokens a decoding batch, per platform.
+# A CPU's search runs no faster with larger batches (each device already searches its own
+# rows); a GPU's beam-search step costs about the same whether it holds 128 sentences or
+# 512 (a fixed ~3 ms a step, docs/performance.md), so 512 sentences of 32 tokens, the
+# batch of the H200's measured 2137 sentences a second; the device script's sweep of
+# batch sizes (benchmarks/accelerator.py --parts decode) is what to revise it by.
+DECODE_TOKENS = {'cpu': 4096, 'gpu': 16384, 'tpu': 16384}
+
+
+def decode_tokens_of(config: ml_collections.ConfigDict, backend: str | None = None) -> int:
+  """config.decode_tokens_per_batch, with 0 (per platform) resolved for the platform."""
+  if config.decode_tokens_per_batch:
+    return config.decode_tokens_per_batch
+  return DECODE_TOKENS.get(backend or jax.default_backend(), DECODE_TOKENS['cpu'])
 
 
 def batching_of(config: ml_collections.ConfigDict, backend: str | None = None) -> str:

@@ -3,9 +3,9 @@
 Sentences are sorted by length and cut into batches whose shapes come from a fixed set:
 source-length buckets (config.decode_bucket_growth: each twice the one before, up to
 config.max_decode_input_length) × a row count per bucket (config.decode_tokens_per_batch
-padded source tokens, a multiple of the devices). Short sentences don't pay for long ones'
-padding, and the search compiles once per shape met: a handful for any text. translator.py
-decodes by this plan; scoring.py scores pairs by it.
+padded source tokens, 0: per platform; a multiple of the devices). Short sentences don't
+pay for long ones' padding, and the search compiles once per shape met: a handful for any
+text. translator.py decodes by this plan; scoring.py scores pairs by it.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 import ml_collections
 import numpy as np
 
+from t2t_jax.config import rules
 from t2t_jax.data import batching
 
 # A call of at most this many sentences decodes in small batches of fixed shapes
@@ -55,7 +56,7 @@ def batch_shapes(token_ids: Sequence[Sequence[int]], config: ml_collections.Conf
   """The global (rows, S) of translate_ids's batches for these inputs, in decoding order:
   the shapes its beam search is compiled for."""
   batches = decoding_batches([len(t) for t in token_ids],
-                             tokens_per_batch=config.decode_tokens_per_batch,
+                             tokens_per_batch=rules.decode_tokens_of(config),
                              num_devices=num_devices, bucket_growth=config.decode_bucket_growth,
                              max_length=config.max_decode_input_length)
   return [(rows, length) for _, rows, length in batches]
@@ -74,7 +75,7 @@ def interactive_shapes(config: ml_collections.ConfigDict, num_devices: int, *, m
   for count in (1, max_rows + num_devices):  # a bucket's sentences: one, then more than fit
     for length in grid:
       [(_, rows, _), *_] = decoding_batches(
-          [int(length)] * count, tokens_per_batch=config.decode_tokens_per_batch,
+          [int(length)] * count, tokens_per_batch=rules.decode_tokens_of(config),
           num_devices=num_devices, bucket_growth=config.decode_bucket_growth,
           max_rows=max_rows, max_length=max_length)
       shapes.append((rows, int(length)))

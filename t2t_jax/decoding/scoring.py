@@ -22,6 +22,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from t2t_jax.config import rules
 from t2t_jax.data.tokenizer import PAD_ID
 from t2t_jax.decoding import batch_plan, decode
 from t2t_jax.model.transformer import ModelConfig, Transformer
@@ -69,7 +70,7 @@ def score_ids(scorer: Scorer, params: Any, sources: Sequence[Sequence[int]],
   results: list[Scored | None] = [None] * len(sources)
   lengths = [max(len(s), len(t)) for s, t in zip(sources, targets, strict=True)]
   for indices, rows, length in batch_plan.decoding_batches(
-      lengths, tokens_per_batch=config.decode_tokens_per_batch, num_devices=mesh.size,
+      lengths, tokens_per_batch=rules.decode_tokens_of(config), num_devices=mesh.size,
       bucket_growth=config.decode_bucket_growth, max_length=config.max_decode_input_length):
     src, tgt = (np.full((rows, length), PAD_ID, np.int32) for _ in range(2))
     for r, i in enumerate(indices):

@@ -155,7 +155,7 @@ def translate_ids(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[in
   outputs: list[np.ndarray] = [np.zeros(0, np.int32)] * len(token_ids)
   scores: list[np.ndarray] = [np.zeros((), np.float32)] * len(token_ids)
   batches = list(decoding_batches(
-      [len(t) for t in token_ids], tokens_per_batch=config.decode_tokens_per_batch,
+      [len(t) for t in token_ids], tokens_per_batch=rules.decode_tokens_of(config),
       num_devices=mesh.size, bucket_growth=config.decode_bucket_growth, max_rows=max_rows,
       max_length=max_length or config.max_decode_input_length))
   # A batch's cost: its rows (empty ones too) times the most steps its beam search may take.

@@ -84,6 +84,45 @@ def xla_row_max(x: Array) -> Array:
   return jnp.max(x, axis=-1)
 
 
+# ---------------------------------------------------------------- levers for accelerators
+
+def rbg_bits(shape: tuple[int, ...], key: Array) -> Array:
+  """uint32 [shape] random bits from XLA's RngBitGenerator (jax's 'unsafe_rbg' keys), seeded
+  by the call's key words: the generator GPU and TPU recipes draw dropout masks from, one
+  instruction where threefry is ~20 rounds of integer arithmetic a pair of words."""
+  words = jax.random.key_data(key).reshape(-1) if jax.dtypes.issubdtype(
+      key.dtype, jax.dtypes.prng_key) else key.reshape(-1)
+  words = words.astype(jnp.uint32)[:2]
+  seed = jnp.concatenate([words, words ^ np.uint32(0x9E3779B9)])
+  return jax.random.bits(jax.random.wrap_key_data(seed, impl='unsafe_rbg'), shape, jnp.uint32)
+
+
+# cuDNN's fused attention serves these: half-precision operands, one head size for keys and
+# values, at most 128 and a multiple of 8.
+FUSED_DTYPES = (jnp.bfloat16, jnp.float16)
+FUSED_MAX_HEAD_SIZE = 128
+
+
+def fused_attention(query: Array, key: Array, value: Array, mask: Array | None, *,
+                    implementation: str | None = None) -> Array | None:
+  """§3.2.1's attention by `jax.nn.dot_product_attention` (cuDNN's fused kernel on a GPU,
+  `implementation` 'cudnn'; elsewhere XLA's, 'xla'), or None where that kernel does not
+  serve (float32, Table 3 row (A)'s 512-wide heads, d_k ≠ d_v): the caller then computes
+  it as before. query [b, q, h, d], key and value [b, k, h, d], mask broadcastable to
+  [b, 1, q, k] (True = may attend: padding, causal or a packed row's pairs), passed whole.
+  Its logits and softmax are float32 as the plain form's; no attention weights come out,
+  so attention maps (which keep them) use the plain form."""
+  d_k, d_v = query.shape[-1], value.shape[-1]
+  if (query.dtype not in FUSED_DTYPES or d_k != d_v or d_k > FUSED_MAX_HEAD_SIZE
+          or d_k % 8):
+    return None
+  implementation = implementation or ('cudnn' if jax.default_backend() == 'gpu' else 'xla')
+  if mask is not None:
+    mask = jnp.broadcast_to(mask, (query.shape[0], 1, query.shape[1], key.shape[1]))
+  return jax.nn.dot_product_attention(query, key, value, mask=mask,
+                                      implementation=implementation)
+
+
 # ---------------------------------------------------------------- the CPU forms
 
 def cpu_form(fn: Callable) -> Callable:
@@ -272,6 +311,11 @@ class Kernels:
   row_max: Callable[[Array], Array]
   # (x [b, n], k) -> (values, indices) [b, k], as lax.top_k.
   top_k: Callable[[Array, int], tuple[Array, Array]]
+  # How §5.4's loss is computed and differentiated (training/losses.py LOSS_FORMS).
+  loss: str = 'autodiff'
+  # (query, key, value, mask) -> attention's output, or None where it does not serve (the
+  # model's own softmax(QKᵀ/√d_k)V then); None: always the model's own.
+  attention: Callable[..., Array | None] | None = None
 
 
 KERNELS = {
@@ -280,6 +324,23 @@ KERNELS = {
 }
 
 
+# Levers for accelerators (their price: benchmarks/accelerator.py --parts forms): each changes
+# one form of the choice it is added to, `--config.model.kernels=xla+one_pass_loss`. Each
+# computes the same numbers up to its dtype's rounding (tests/test_kernels.py), dropout
+# from another random stream. None is the default of any choice until a GPU has measured it.
+LEVERS = {
+    'one_pass_loss': dict(loss='one_pass'),  # training/losses.py
+    'rbg_dropout': dict(dropout_bits=rbg_bits),
+    'hash_dropout': dict(dropout_bits=hash_bits),
+    'fused_attention': dict(attention=fused_attention),
+}
+
+
 def get(name: str) -> Kernels:
-  """The forms config.model.kernels names ('auto' resolved already: ModelConfig.from_config)."""
-  return KERNELS[name]
+  """The forms config.model.kernels names ('auto' resolved already: ModelConfig.from_config):
+  a choice of KERNELS, then any LEVERS joined by '+' ('xla+one_pass_loss+rbg_dropout')."""
+  base, *levers = name.split('+')
+  forms = KERNELS[base]
+  for lever in levers:
+    forms = dataclasses.replace(forms, name=f'{forms.name}+{lever}', **LEVERS[lever])
+  return forms

@@ -246,11 +246,24 @@ class MultiHeadAttention(nn.Module):
       if c.decode and self.cache == 'self':
         out, weights = self._cached_self_attention(query, key, value, mask)
       else:
-        out, weights = scaled_dot_product_attention(query, key, value, mask)
-    self.sow('intermediates', 'attention_weights', weights)
+        out, weights = self._attention(query, key, value, mask)
+    if weights is not None:
+      self.sow('intermediates', 'attention_weights', weights)
     return nn.DenseGeneral(c.d_model, axis=(-2, -1), use_bias=False, dtype=c.dtype,
                            kernel_init=nn.initializers.xavier_uniform(),
                            dot_general=c.forms.dot_general, name='out')(out)
+
+  def _attention(self, query: Array, key: Array, value: Array, mask: Array | None,
+                 ) -> tuple[Array, Array | None]:
+    """(out, weights): the forms' attention (kernels.py) where it serves and no attention
+    maps are asked for (the 'intermediates' collection, which needs the weights), else
+    scaled_dot_product_attention."""
+    fused = self.config.forms.attention
+    if fused is not None and not self.is_mutable_collection('intermediates'):
+      out = fused(query, key, value, mask)
+      if out is not None:
+        return out, None
+    return scaled_dot_product_attention(query, key, value, mask)
 
   def _cached_self_attention(self, query: Array, key: Array, value: Array,
                              mask: Array | None) -> tuple[Array, Array]:

@@ -1,12 +1,24 @@
 """Label-smoothed cross-entropy over the real (non-padding) target tokens, §5.4."""
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from t2t_jax.data.tokenizer import PAD_ID
+
+# How the loss is computed (the model's forms, kernels.py): the same numbers either way.
+#   'autodiff'  the forward below, differentiated by JAX: z_y read by a gather, whose
+#               gradient is a scatter into a [b, t, v] buffer of its own;
+#   'one_pass'  the same forward with z_y as a one-hot select and sum, and its gradient
+#               written by hand (_one_pass_bwd), softmax(z) recomputed from z and the
+#               log-sum-exp: one elementwise pass over [b, t, v] that a compiler can fuse
+#               with the cast to the logits' product's dtype, and no softmax kept from the
+#               forward.
+LOSS_FORMS = ('autodiff', 'one_pass')
 
 
 class LossSums(NamedTuple):
@@ -17,29 +29,92 @@ class LossSums(NamedTuple):
   num_tokens: jax.Array  # real target tokens
 
 
-def cross_entropy_sums(logits: jax.Array, targets: jax.Array, *,
-                       label_smoothing: float) -> LossSums:
+class _Terms(NamedTuple):
+  """Per-token terms [b, t] of the loss, float32."""
+  loss: jax.Array  # (1 - ε_ls)·(-log p_y) + ε_ls·mean_k(-log p_k)
+  nll: jax.Array  # -log p_y
+  target: jax.Array  # z_y
+  max_logit: jax.Array  # max_k z_k (no gradient)
+
+
+def cross_entropy_sums(logits: jax.Array, targets: jax.Array, *, label_smoothing: float,
+                       form: str = 'autodiff') -> LossSums:
   """Cross-entropy against q = (1 - ε_ls)·one_hot(y) + ε_ls / V (Szegedy et al., 2016).
 
   logits [b, t, v] and targets [b, t]; PAD_ID targets weigh nothing. Per token:
     loss = (1 - ε_ls)·(-log p_y) + ε_ls·mean_k(-log p_k).
+  `form`: one of LOSS_FORMS.
   """
-  # From the logits and their log-sum-exp, without storing log p: every pass over the
-  # [b, t, v] array costs more than its arithmetic on a CPU (the base step's 37k-wide logits
-  # are 300 MB), and log_softmax wrote log p whole before three more reads of it.
   logits = logits.astype(jnp.float32)
-  max_logit = jax.lax.stop_gradient(jnp.max(logits, axis=-1))  # [b, t], for stability only
-  lse = max_logit + jnp.log(jnp.sum(jnp.exp(logits - max_logit[..., None]), axis=-1))  # [b, t]
+  if form == 'one_pass':
+    terms = _one_pass_terms(logits, targets, label_smoothing)
+  else:
+    terms = _terms(logits, targets, label_smoothing)
+  weights = (targets != PAD_ID).astype(jnp.float32)
+  # The target scores highest (a tie counts as correct); cheaper than an argmax's index.
+  correct = (terms.target >= terms.max_logit).astype(jnp.float32)
+  return LossSums(loss=jnp.sum(terms.loss * weights), nll=jnp.sum(terms.nll * weights),
+                  correct=jnp.sum(correct * weights), num_tokens=jnp.sum(weights))
+
+
+def _log_sum_exp(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(log Σ_k exp z_k, max_k z_k) [b, t], from the logits without storing log p: every pass
+  over the [b, t, v] array costs more than its arithmetic (the base step's 37k-wide logits
+  are 300 MB)."""
+  max_logit = lax.stop_gradient(jnp.max(logits, axis=-1))  # for stability only
+  return max_logit + jnp.log(jnp.sum(jnp.exp(logits - max_logit[..., None]), axis=-1)), max_logit
+
+
+def _terms(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> _Terms:
+  lse, max_logit = _log_sum_exp(logits)
   # A gather, not a sum of where(one_hot, logits, 0): on a CPU the train step's reductions
   # are YNNPACK's (xla.step_compiler_options), which cannot fuse the select, so XLA wrote
   # it out whole (another 300 MB written and read); the gather saves that pass
   # (docs/performance.md).
-  target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]  # [b, t]
-  nll = lse - target_logit  # -log p_y
-  uniform = lse - jnp.mean(logits, axis=-1)  # mean_k(-log p_k)
-  loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform
-  weights = (targets != PAD_ID).astype(jnp.float32)
-  # The target scores highest (a tie counts as correct); cheaper than an argmax's index.
-  correct = (target_logit >= max_logit).astype(jnp.float32)
-  return LossSums(loss=jnp.sum(loss * weights), nll=jnp.sum(nll * weights),
-                  correct=jnp.sum(correct * weights), num_tokens=jnp.sum(weights))
+  target = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  return _combine(lse, target, jnp.mean(logits, axis=-1), max_logit, label_smoothing)
+
+
+def _combine(lse: jax.Array, target: jax.Array, mean_logit: jax.Array, max_logit: jax.Array,
+             label_smoothing: float) -> _Terms:
+  nll = lse - target  # -log p_y
+  uniform = lse - mean_logit  # mean_k(-log p_k)
+  return _Terms((1.0 - label_smoothing) * nll + label_smoothing * uniform, nll, target,
+                max_logit)
+
+
+def _is_target(logits: jax.Array, targets: jax.Array) -> jax.Array:
+  """[b, t, v] True at each token's target: a compare with an iota, no gather."""
+  vocabulary = lax.broadcasted_iota(targets.dtype, logits.shape, logits.ndim - 1)
+  return vocabulary == targets[..., None]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _one_pass_terms(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> _Terms:
+  return _one_pass_fwd(logits, targets, label_smoothing)[0]
+
+
+def _one_pass_fwd(logits: jax.Array, targets: jax.Array, label_smoothing: float,
+                  ) -> tuple[_Terms, tuple[jax.Array, jax.Array, jax.Array]]:
+  lse, max_logit = _log_sum_exp(logits)
+  target = jnp.sum(jnp.where(_is_target(logits, targets), logits, 0.0), axis=-1)
+  terms = _combine(lse, target, jnp.mean(logits, axis=-1), max_logit, label_smoothing)
+  return terms, (logits, targets, lse)
+
+
+def _one_pass_bwd(label_smoothing: float, residuals: tuple[jax.Array, jax.Array, jax.Array],
+                  g: _Terms) -> tuple[jax.Array, None]:
+  """The logits' cotangent from the terms', per token with p = softmax(z), δ = one_hot(y):
+    d loss / dz = p - (1 - ε_ls)·δ - ε_ls / V,  d nll / dz = p - δ,  d z_y / dz = δ
+  (the maximum has none: it only steadies the log-sum-exp, and `correct` is a count)."""
+  logits, targets, lse = residuals
+  p = jnp.exp(logits - lse[..., None])
+  on_target = (1.0 - label_smoothing) * g.loss + g.nll - g.target  # [b, t]
+  uniform = label_smoothing / logits.shape[-1] * g.loss
+  d_logits = ((g.loss + g.nll)[..., None] * p
+              - jnp.where(_is_target(logits, targets), on_target[..., None], 0.0)
+              - uniform[..., None])
+  return d_logits, None
+
+
+_one_pass_terms.defvjp(_one_pass_fwd, _one_pass_bwd)

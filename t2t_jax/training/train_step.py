@@ -60,7 +60,8 @@ def _loss_sums(params: Any, batch: Batch, model: Transformer, label_smoothing: f
   packed = {name: batch[key] for key, name in PACKED_ARGUMENTS.items() if key in batch}
   logits = model.apply({'params': params}, batch['inputs'], batch['targets'], rngs=rngs,
                        **packed)
-  sums = losses.cross_entropy_sums(logits, batch['targets'], label_smoothing=label_smoothing)
+  sums = losses.cross_entropy_sums(logits, batch['targets'], label_smoothing=label_smoothing,
+                                   form=model.config.forms.loss)
   return sums.loss, sums
 
 
