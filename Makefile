@@ -57,10 +57,11 @@ demo: setup
 	@paste -d '\n' $(WORKDIR)/examples.en $(WORKDIR)/examples.de | sed 'n;s/^/  -> /'
 	$(DEMO) --mode=eval
 
-# Style and likely bugs (pyproject.toml's [tool.ruff]); `make test` runs it first, so a lint
-# error fails the suite.
+# Style and likely bugs (pyproject.toml's [tool.ruff]) and the package's layers
+# ([tool.importlinter]); `make test` runs it first, so a lint error fails the suite.
 lint: setup-test
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 test: setup-test lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)

@@ -65,16 +65,16 @@ import common  # benchmarks/common.py: the repository on sys.path
 
 common.start(__name__)
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from t2t_jax.config import rules  # noqa: E402
-from t2t_jax.decoding import decode, translator  # noqa: E402
-from t2t_jax.model import kernels  # noqa: E402
-from t2t_jax.model.transformer import ModelConfig, Transformer, train_step_flops  # noqa: E402
-from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
-from t2t_jax.training import optim, train_step  # noqa: E402
+from t2t_jax.config import rules
+from t2t_jax.decoding import decode, translator
+from t2t_jax.model import kernels
+from t2t_jax.model.transformer import ModelConfig, Transformer, train_step_flops
+from t2t_jax.platform import mesh as mesh_lib
+from t2t_jax.training import optim, train_step
 
 ROOT = common.ROOT
 emit, random_ids = common.emit, common.random_ids
@@ -170,7 +170,7 @@ def compile_all(lowered: list) -> tuple[list, list[float]]:
   def compile_one(program):
     try:
       compiled = program.compile()
-    except Exception as e:  # noqa: BLE001 -- the caller reports which program failed
+    except Exception as e:  # the caller reports which program failed
       compiled = e
     return compiled, time.perf_counter() - t0
   with concurrent.futures.ThreadPoolExecutor(max(1, len(lowered))) as pool:
@@ -377,7 +377,7 @@ def bench_forms(size: dict, peak: float, out: str | None, forms: list[str],
     try:
       with swapped(FORMS[form]) as choice:
         prepared.append((form, *prepare_train('base', size, 'bfloat16', kernels=choice)))
-    except Exception as e:  # noqa: BLE001 -- a form this backend cannot lower is reported
+    except Exception as e:  # a form this backend cannot lower is reported
       lines.append(failed('forms', form, e, out))
     progress(f'forms: {form} lowered', t0)
   compiled, compile_s = compile_all([p[2] for p in prepared])
@@ -581,7 +581,7 @@ COMPILE_LOG = re.compile(r'Finished XLA compilation of (.+?) in ([0-9.e+-]+) ?s'
 
 def bench_batching(size: dict, out: str | None) -> list[dict]:
   """benchmarks/batchings.py's two lines: the train step on buckets and on packed rows."""
-  import batchings  # noqa: PLC0415  (benchmarks/batchings.py, only for this part)
+  import batchings  # benchmarks/batchings.py, only for this part
   data = 'wmt' if os.environ.get(common.WMT_SAMPLE) else 'demo'
   settings = size['batching']
   lines = batchings.run(settings['config'], data, settings['batches'], settings['rounds'],

@@ -49,10 +49,10 @@ def start(name: str, *, huge_pages: bool = True, xla_flags: bool = True) -> None
   with glibc.malloc.hugetlb=1 when that gives XLA's buffers huge pages (else returns); then,
   with `xla_flags`, sets the XLA:CPU flags of every entry point (xla.configure_cpu)."""
   if huge_pages and name == '__main__':
-    from t2t_jax.platform import hugepages  # noqa: PLC0415 -- imports nothing but stdlib
+    from t2t_jax.platform import hugepages  # imports nothing but stdlib
     hugepages.reexec()
   if xla_flags:
-    from t2t_jax.platform import xla  # noqa: PLC0415 -- after the re-execution
+    from t2t_jax.platform import xla  # after the re-execution
     xla.configure_cpu()
 
 

@@ -52,9 +52,9 @@ import common  # benchmarks/common.py: the repository on sys.path
 
 common.start(__name__)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from t2t_jax.data import pipeline  # noqa: E402
+from t2t_jax.data import pipeline
 
 SWEEP = [(band, growth) for band in (0, 1, 2, 3) for growth in (1.1, 1.25)]
 
@@ -102,12 +102,12 @@ def epoch_shapes(config, workdir: str) -> tuple[list[tuple[int, ...]], dict]:
 
 def compile_child(config_name: str, shapes: list[list[int]], cache: str, packed: bool) -> dict:
   """In a fresh process: compile the train step for each shape; seconds each."""
-  import jax  # noqa: PLC0415 -- in the child only
+  import jax  # in the child only
 
-  from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: PLC0415
-  from t2t_jax.platform import mesh as mesh_lib  # noqa: PLC0415
-  from t2t_jax.platform import xla  # noqa: PLC0415
-  from t2t_jax.training import optim, train_step  # noqa: PLC0415
+  from t2t_jax.model.transformer import ModelConfig, Transformer
+  from t2t_jax.platform import mesh as mesh_lib
+  from t2t_jax.platform import xla
+  from t2t_jax.training import optim, train_step
   xla.enable_compilation_cache(cache)
   config = common.get_config(config_name)
   config.vocab_size = 8000
@@ -138,10 +138,10 @@ def run_child(config_name: str, shapes: list, cache: str, packed: bool) -> dict:
 
 def waits_child(config_name: str, corpus: str, steps: int, threads: int, workdir: str) -> None:
   """In a fresh process: train `steps` steps with compile-ahead on `threads` threads (0: off)."""
-  from absl import logging  # noqa: PLC0415 -- in the child only
+  from absl import logging  # in the child only
 
-  from t2t_jax import trainer  # noqa: PLC0415
-  from t2t_jax.training import ahead  # noqa: PLC0415
+  from t2t_jax import trainer
+  from t2t_jax.training import ahead
   logging.set_verbosity(logging.INFO)  # the log's last lines give the waits
   config = make_config(argparse.Namespace(config=config_name, corpus=corpus, band=2,
                                           growth=1.1))
@@ -154,7 +154,7 @@ def waits_child(config_name: str, corpus: str, steps: int, threads: int, workdir
 
 def waits(args: argparse.Namespace) -> None:
   """Stepping's compile waits with compile-ahead off and on, in fresh processes."""
-  from t2t_jax.training import ahead  # noqa: PLC0415
+  from t2t_jax.training import ahead
   threads = args.threads if args.threads >= 0 else ahead.default_threads()
   with tempfile.TemporaryDirectory() as tmp:
     # One vocabulary and id cache for both runs, made here, untimed.

@@ -36,9 +36,9 @@ import common  # benchmarks/common.py: the repository on sys.path
 # 4 KiB pages: the peaks below are of this process's own RSS, which huge pages would round up.
 common.start(__name__, huge_pages=False)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from t2t_jax.data import batching, id_cache, sources, tokenizer  # noqa: E402
+from t2t_jax.data import batching, id_cache, sources, tokenizer
 
 VARIANTS = ('int_lists', 'numpy_in_memory', 'streamed')
 MB = 1 << 20

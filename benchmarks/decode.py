@@ -33,14 +33,14 @@ import common  # benchmarks/common.py: the repository on sys.path
 # XLA's CPU flags in main, after --devices: xla.configure_cpu(decoding=True).
 common.start(__name__, xla_flags=False)
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh  # noqa: E402
+import jax
+import numpy as np
+from jax.sharding import Mesh
 
-from t2t_jax.decoding import decode, translator  # noqa: E402
-from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
-from t2t_jax.platform import xla  # noqa: E402
-from t2t_jax.platform.mesh import make_mesh, replicated, shard_batch  # noqa: E402
+from t2t_jax.decoding import decode, translator
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import xla
+from t2t_jax.platform.mesh import make_mesh, replicated, shard_batch
 
 
 def sharded_search(model_config: ModelConfig, args: argparse.Namespace, mesh: Mesh, *,

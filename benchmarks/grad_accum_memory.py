@@ -19,12 +19,12 @@ import common  # benchmarks/common.py: the repository on sys.path
 
 common.start(__name__)
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
-from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
-from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
-from t2t_jax.training import optim, train_step  # noqa: E402
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import mesh as mesh_lib
+from t2t_jax.training import optim, train_step
 
 MIB = 2 ** 20
 

@@ -21,9 +21,9 @@ import common  # benchmarks/common.py: the repository on sys.path
 
 common.start(__name__)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from t2t_jax.data import batching, pipeline, tokenizer  # noqa: E402
+from t2t_jax.data import batching, pipeline, tokenizer
 
 
 def parse_args() -> argparse.Namespace:

@@ -41,14 +41,14 @@ import common  # benchmarks/common.py: the repository on sys.path
 # XLA's CPU flags in main: xla.configure_cpu(decoding=True), as translate sets them.
 common.start(__name__, xla_flags=False)
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
-from t2t_jax.decoding import batch_plan, translator  # noqa: E402
-from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
-from t2t_jax.platform import xla  # noqa: E402
-from t2t_jax.platform.mesh import make_mesh, replicated  # noqa: E402
-from t2t_jax.training import ahead  # noqa: E402
+from t2t_jax.decoding import batch_plan, translator
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import xla
+from t2t_jax.platform.mesh import make_mesh, replicated
+from t2t_jax.training import ahead
 
 
 def request_lengths(count: int, max_length: int, seed: int = 0) -> list[int]:

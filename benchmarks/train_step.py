@@ -24,13 +24,13 @@ import common  # benchmarks/common.py: the repository on sys.path
 
 common.start(__name__)
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from t2t_jax.model.transformer import ModelConfig, Transformer  # noqa: E402
-from t2t_jax.platform import mesh as mesh_lib  # noqa: E402
-from t2t_jax.training import optim, train_step  # noqa: E402
+from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import mesh as mesh_lib
+from t2t_jax.training import optim, train_step
 
 # The peers' benchmark shapes: rows × length source tokens and as many target tokens a step.
 SHAPES = {'base': (32, 64), 'demo': (64, 16)}

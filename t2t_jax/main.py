@@ -97,7 +97,7 @@ def main(argv: list[str]) -> None:
     # Saved, but not finished: a non-zero status tells schedulers and loops to run it again.
     print(f't2t_jax: {e}', file=sys.stderr)
     sys.exit(e.exit_status)
-  except Exception as e:  # noqa: BLE001  (re-raised unless it is the user's to fix)
+  except Exception as e:  # re-raised unless it is the user's to fix
     if FLAGS.traceback or not errors.is_for_user(e):
       raise  # a bug: its traceback is what a report needs
     # A config, data, workdir or disk mistake: its message names the key, file or path.

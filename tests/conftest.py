@@ -30,16 +30,16 @@ os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0.3'
 # experiments/ is imported as a package by configs that build on each other.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import helpers  # noqa: E402  (tests/helpers.py; it creates no JAX backend)
+import helpers  # tests/helpers.py; it creates no JAX backend
 
 os.environ['XLA_FLAGS'] = (f"{os.environ.get('XLA_FLAGS', '')} "
                            f'--xla_force_host_platform_device_count=8 {helpers.TEST_XLA_FLAGS}'
                            ).strip()
 
-import jax  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import pytest
 
-from t2t_jax.platform import xla  # noqa: E402  (after the environment above)
+from t2t_jax.platform import xla  # after the environment above
 
 xla.configure_cpu()
 

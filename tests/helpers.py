@@ -62,7 +62,7 @@ def run_process(*args: str, devices: int | None = 2, env: dict | None = None,
                         capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
-def run_main(capfd, *args: str, input: str | bytes = '') -> subprocess.CompletedProcess:  # noqa: A002
+def run_main(capfd, *args: str, input: str | bytes = '') -> subprocess.CompletedProcess:
   """`python -m t2t_jax.main ARGS` run in this process, as the `cli` fixture (conftest.py)
   calls it: main.main after main.parse_flags, with sys.argv, the working directory (the
   repository root), stdin (`input`) and os.environ its own, and what a command sets for the
@@ -95,7 +95,7 @@ def run_main(capfd, *args: str, input: str | bytes = '') -> subprocess.Completed
       status = 0
     except SystemExit as e:
       status = _exit_status(e.code)
-    except Exception:  # noqa: BLE001  (what the interpreter does with an uncaught one)
+    except Exception:  # what the interpreter does with an uncaught one
       traceback.print_exc()
       status = 1
     # The interpreter joins the threads a command started before it exits.

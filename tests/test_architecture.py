@@ -2,24 +2,24 @@
 point down it").
 
 A reader should be able to read the package bottom up, each file using only what came before
-it, and a change to a file should affect only the files above it. Three rules keep it so:
-  * no cycle among the package's modules;
+it, and a change to a file should affect only the files above it. Two rules keep it so:
+  * every module is placed in a layer of pyproject.toml's [tool.importlinter] contracts, and
+    imports only modules below it (import-linter; its layers admit no cycle);
   * no import of the package's own modules inside a function or class (a late import hides a
     dependency, usually an upward one or a cycle); third-party modules only for the heavy
-    optional dependencies in LAZY, each with a comment giving the reason;
-  * every module is placed in ORDER, and imports only modules placed before it.
-
-The files are read with `ast`, never imported: the checks take milliseconds and still speak
-when a refactor has left the package unimportable, which is when they are needed most. Each
-failure is one line per problem, naming file:line.
+    optional dependencies in LAZY, each with a comment giving the reason (read here with
+    `ast`, never imported: import-linter sees where an import points, not where it sits).
+Each failure is one line per problem, naming file:line.
 """
 from __future__ import annotations
 
 import ast
 import dataclasses
 import io
+import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import tokenize
@@ -29,39 +29,6 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = 't2t_jax'
-
-# The subpackages, bottom first, each a layer of the data flow with its modules bottom first:
-# a module may import only modules listed before it, so a package imports only the packages
-# before it. A new file must be placed here deliberately (test_every_module_is_in_order),
-# which is where its layer gets decided. Each package's __init__ (a docstring) comes first.
-LAYERS = {
-    # plumbing: no paper in it
-    'platform': ['errors', 'quiet', 'progress', 'files', 'hugepages', 'xla', 'distributed',
-                 'workdir', 'metrics', 'mesh'],
-    # the config (experiments/*.py are checked by rules)
-    'config': ['rules', 'loading', 'recorded_run', 'command_line', 'key_help'],
-    # §5.1's data
-    'data': ['tokenizer', 'id_cache', 'sources', 'batching', 'packing', 'synthetic',
-             'demo_corpus.lexicon', 'demo_corpus.grammar', 'demo_corpus.sampling',
-             'demo_corpus.writer', 'demo_corpus', 'demo_corpus.__main__', 'pipeline'],
-    # one seam for every backend-specific way of computing the same thing, then §3's model
-    'model': ['kernels', 'transformer'],
-    # §5's loss, optimizer and step, checkpoints and §6.1's averaging
-    'training': ['losses', 'optim', 'train_step', 'ahead', 'checkpoints', 'fine_tune'],
-    # §6.1's beam search, BLEU and what uses them
-    'decoding': ['decode', 'sampling', 'batch_plan', 'scoring', 'translator', 'bleu', 'evaluate',
-                 'attention_maps', 'export'],
-}
-# Over the layers: the loop that drives them all, Table 3's study of many runs (§6.2), the
-# command line; then the package __init__, which imports nothing of the project (every
-# submodule import runs it).
-ENTRY_POINTS = ['trainer', 'study', 'main', '__main__']
-ORDER = [
-    *[name for package, modules in LAYERS.items()
-      for name in [f'{PACKAGE}.{package}', *(f'{PACKAGE}.{package}.{m}' for m in modules)]],
-    *(f'{PACKAGE}.{m}' for m in ENTRY_POINTS),
-    PACKAGE,
-]
 
 # Optional heavy dependencies that may be imported inside a function, so that the paths that
 # do not need them (the demo, the tests) do not pay seconds to import them. Submodules too.
@@ -177,80 +144,6 @@ def file_imports(path: pathlib.Path, root: pathlib.Path, modules: set[str]) -> l
                         path.name == '__init__.py', modules, str(path))
 
 
-def import_graph(root: pathlib.Path) -> dict[str, dict[str, int]]:
-  """module -> {project module it imports: first line}, at any depth, self-imports left out."""
-  modules = package_modules(root)
-  graph = {}
-  for module, path in modules.items():
-    graph[module] = {}
-    for imp in project_imports(path, root, set(modules)):
-      if imp.target != module:
-        graph[module].setdefault(imp.target, imp.line)
-  return graph
-
-
-def _components(graph: dict[str, dict[str, int]]) -> list[list[str]]:
-  """Tarjan's strongly connected components: each cycle lies inside one."""
-  index, low, stack, on_stack, found = {}, {}, [], set(), []
-
-  def visit(node: str) -> None:
-    index[node] = low[node] = len(index)
-    stack.append(node)
-    on_stack.add(node)
-    for succ in graph.get(node, {}):
-      if succ not in index:
-        visit(succ)
-        low[node] = min(low[node], low[succ])
-      elif succ in on_stack:
-        low[node] = min(low[node], index[succ])
-    if low[node] == index[node]:
-      component = []
-      while not component or component[-1] != node:
-        component.append(stack.pop())
-        on_stack.discard(component[-1])
-      found.append(sorted(component))
-
-  for node in sorted(graph):
-    if node not in index:
-      visit(node)
-  return found
-
-
-def _shortest_cycle(graph: dict[str, dict[str, int]], start: str, within: set[str]) -> list[str]:
-  """Breadth first from `start` back to it, inside one strongly connected component."""
-  parents, frontier = {start: None}, [start]
-  while frontier:
-    node = frontier.pop(0)
-    for succ in sorted(graph.get(node, {})):
-      if succ == start:
-        path = [node]
-        while parents[path[-1]] is not None:
-          path.append(parents[path[-1]])
-        return path[::-1] + [start]
-      if succ in within and succ not in parents:
-        parents[succ] = node
-        frontier.append(succ)
-  raise AssertionError(f'{start} is in no cycle')
-
-
-def find_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
-  """One shortest cycle per tangle of modules, e.g. [a, b, a]; none when the graph is a DAG."""
-  return [_shortest_cycle(graph, component[0], set(component))
-          for component in _components(graph) if len(component) > 1]
-
-
-def cycle_problems(graph: dict[str, dict[str, int]]) -> list[str]:
-  """One line per tangle: its shortest cycle through its first module, and the rest of it."""
-  problems = []
-  for component in _components(graph):
-    if len(component) > 1:
-      cycle = _shortest_cycle(graph, component[0], set(component))
-      rest = sorted(set(component) - set(cycle))
-      problems.append('cycle: ' + ' → '.join(cycle) +
-                      (f' (tangled with it: {", ".join(rest)})' if rest else ''))
-  return problems
-
-
 def nesting_problems(label: str, imports: list[Import]) -> list[str]:
   """Imports inside a function or class that the rules do not allow, as `file:line: why`."""
   problems = []
@@ -265,58 +158,6 @@ def nesting_problems(label: str, imports: list[Import]) -> list[str]:
   return problems
 
 
-def order_problems(root: pathlib.Path, order: list[str]) -> list[str]:
-  """Imports that do not point to a module placed earlier in `order`, as `file:line: why`."""
-  modules = package_modules(root)
-  rank = {module: i for i, module in enumerate(order)}
-  problems = []
-  for module, edges in import_graph(root).items():
-    if module not in rank:
-      continue  # reported by placement_problems
-    label = modules[module].relative_to(root)
-    for target, line in sorted(edges.items(), key=lambda edge: edge[1]):
-      if target not in rank:
-        problems.append(f'{label}:{line}: {module} imports {target}, which is not in ORDER')
-      elif rank[target] > rank[module]:
-        problems.append(f'{label}:{line}: {module} imports {target}, which ORDER places above '
-                        'it (a module imports only modules before it)')
-  return problems
-
-
-def placement_problems(root: pathlib.Path, order: list[str]) -> list[str]:
-  """Modules on disk missing from `order`, and modules in `order` missing from disk."""
-  modules = package_modules(root)
-  duplicates = sorted({module for module in order if order.count(module) > 1})
-  return ([f'{module} ({modules[module].relative_to(root)}) is not in ORDER: place it in '
-           'its layer' for module in modules if module not in order] +
-          [f'{module} is in ORDER but no such module exists' for module in order
-           if module not in modules] +
-          [f'{module} is in ORDER more than once' for module in duplicates])
-
-
-def layer_of(module: str) -> str:
-  """`t2t_jax.data.demo_corpus.writer` -> `data`; an entry point (`t2t_jax.main`) -> ``."""
-  parts = module.split('.')
-  return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else ''
-
-
-def layer_problems(root: pathlib.Path) -> list[str]:
-  """Imports from one subpackage into another above it in LAYERS (entry points are above
-  them all), as `file:line: why`: the package-level view of order_problems."""
-  modules = package_modules(root)
-  rank = {layer: i for i, layer in enumerate([*LAYERS, ''])}
-  problems = []
-  for module, edges in import_graph(root).items():
-    if module == PACKAGE or layer_of(module) not in rank:
-      continue
-    for target, line in sorted(edges.items(), key=lambda edge: edge[1]):
-      if rank.get(layer_of(target), -1) > rank[layer_of(module)]:
-        problems.append(f'{modules[module].relative_to(root)}:{line}: the '
-                        f'{layer_of(module) or "entry-point"} layer imports {target} of '
-                        f'{layer_of(target) or "the entry points"}, above it')
-  return problems
-
-
 def _fail(problems: list[str], what: str) -> None:
   if problems:
     pytest.fail(f'{len(problems)} {what}:\n' + '\n'.join(problems), pytrace=False)
@@ -325,8 +166,38 @@ def _fail(problems: list[str], what: str) -> None:
 # The package itself.
 
 
-def test_no_import_cycle():
-  _fail(cycle_problems(import_graph(ROOT)), 'import cycle(s) among the package\'s modules')
+LINT_IMPORTS = pathlib.Path(sys.executable).parent / 'lint-imports'
+
+
+def lint_imports(root: pathlib.Path) -> subprocess.CompletedProcess:
+  """import-linter's verdict on the package under `root`, by `root`/pyproject.toml's
+  contracts."""
+  return subprocess.run([str(LINT_IMPORTS), '--config', str(root / 'pyproject.toml'),
+                         '--no-cache'], cwd=root, env={**os.environ, 'PYTHONPATH': str(root)},
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_every_module_sits_in_its_layer_and_imports_only_below():
+  result = lint_imports(ROOT)
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert re.search(r'Contracts: \d+ kept, 0 broken', result.stdout)
+
+
+@pytest.mark.e2e
+def test_the_contracts_catch_an_upward_import_and_an_unplaced_module(tmp_path):
+  """The package copied, with errors.py (the lowest module) importing the loss, and a new
+  module nobody placed: import-linter names both."""
+  shutil.copytree(ROOT / PACKAGE, tmp_path / PACKAGE,
+                  ignore=shutil.ignore_patterns('__pycache__'))
+  shutil.copy(ROOT / 'pyproject.toml', tmp_path)
+  errors = tmp_path / PACKAGE / 'platform' / 'errors.py'
+  errors.write_text(errors.read_text() + '\nfrom t2t_jax.training import losses\n')
+  (tmp_path / PACKAGE / 'training' / 'unplaced.py').write_text('')
+  result = lint_imports(tmp_path)
+  assert result.returncode == 1
+  assert 't2t_jax.platform.errors -> t2t_jax.training.losses' in result.stdout
+  assert 't2t_jax.training.unplaced' in result.stdout
+  assert re.search(r'Contracts: \d+ kept, [1-9]\d* broken', result.stdout)
 
 
 def test_no_late_imports():
@@ -338,18 +209,6 @@ def test_no_late_imports():
       imports = [imp for imp in imports if imp.scope != '__getattr__']
     problems += nesting_problems(str(path.relative_to(ROOT)), imports)
   _fail(problems, 'import(s) inside a function or class')
-
-
-def test_every_module_is_in_order():
-  _fail(placement_problems(ROOT, ORDER), 'mismatch(es) between ORDER and the files')
-
-
-def test_imports_point_down_the_order():
-  _fail(order_problems(ROOT, ORDER), 'import(s) against the data flow')
-
-
-def test_subpackages_import_only_the_layers_below():
-  _fail(layer_problems(ROOT), 'import(s) from a higher subpackage')
 
 
 def test_no_module_is_named_like_a_package_beside_it():
@@ -391,46 +250,7 @@ def test_a_submodule_import_loads_no_jax_and_the_public_names_load_on_use():
       f"({ROOT / PACKAGE / '__init__.py'})")
 
 
-# The checker, on synthetic packages: a broken checker must not pass silently.
-
-
-def _package(tmp_path: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
-  for name, source in {'__init__.py': '', **files}.items():
-    path = tmp_path / PACKAGE / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(source, encoding='utf-8')
-  return tmp_path
-
-
-def test_checker_finds_a_cycle_hidden_in_a_function(tmp_path):
-  root = _package(tmp_path, {
-      'a.py': 'from t2t_jax import b\n',
-      'b.py': 'import t2t_jax.c as c\n',
-      'c.py': 'def f():\n  from t2t_jax.a import thing\n',
-      'd.py': 'from t2t_jax import a\n',
-  })
-  assert find_cycles(import_graph(root)) == [['t2t_jax.a', 't2t_jax.b', 't2t_jax.c', 't2t_jax.a']]
-  assert cycle_problems(import_graph(root)) == [
-      'cycle: t2t_jax.a → t2t_jax.b → t2t_jax.c → t2t_jax.a']
-  imports = file_imports(root / PACKAGE / 'c.py', root, set(package_modules(root)))
-  assert nesting_problems('c.py', imports) == [
-      'c.py:2: t2t_jax.a imported inside a function or class: import the package\'s own '
-      'modules at the top of the file']
-
-
-def test_checker_resolves_subpackages_and_relative_imports(tmp_path):
-  root = _package(tmp_path, {
-      'sub/__init__.py': 'from . import x\nfrom .y import make\n',
-      'sub/x.py': 'from t2t_jax.sub import y\n',
-      'sub/y.py': 'from .. import top\nfrom ..top import thing\n',
-      'sub/__main__.py': 'import t2t_jax.sub\n',
-      'top.py': 'from t2t_jax import errors_are_attributes\n',
-  })
-  assert import_graph(root) == {
-      't2t_jax': {}, 't2t_jax.top': {'t2t_jax': 1}, 't2t_jax.sub': {'t2t_jax.sub.x': 1,
-                                                                     't2t_jax.sub.y': 2},
-      't2t_jax.sub.__main__': {'t2t_jax.sub': 1}, 't2t_jax.sub.x': {'t2t_jax.sub.y': 1},
-      't2t_jax.sub.y': {'t2t_jax.top': 1}}
+# The late-import checker, on a synthetic file: a broken checker must not pass silently.
 
 
 def test_checker_allows_only_commented_lazy_heavy_imports():
@@ -461,21 +281,3 @@ def test_checker_allows_only_commented_lazy_heavy_imports():
       'be imported lazily',
       f'm.py:15: numpy imported inside a function or class: only {allowed} may be imported '
       'lazily']
-
-
-def test_checker_finds_upward_imports_and_unplaced_modules(tmp_path):
-  root = _package(tmp_path, {
-      'low.py': 'from t2t_jax import high\n',
-      'high.py': 'from t2t_jax import low, attribute\nimport t2t_jax.gone\n',
-      'new.py': '',
-  })
-  order = ['t2t_jax.low', 't2t_jax.high', 't2t_jax.planned', 't2t_jax']
-  assert order_problems(root, order) == [
-      't2t_jax/high.py:1: t2t_jax.high imports t2t_jax, which ORDER places above it (a '
-      'module imports only modules before it)',
-      't2t_jax/high.py:2: t2t_jax.high imports t2t_jax.gone, which is not in ORDER',
-      't2t_jax/low.py:1: t2t_jax.low imports t2t_jax.high, which ORDER places above it (a '
-      'module imports only modules before it)']
-  assert placement_problems(root, order) == [
-      't2t_jax.new (t2t_jax/new.py) is not in ORDER: place it in its layer',
-      't2t_jax.planned is in ORDER but no such module exists']

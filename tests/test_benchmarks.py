@@ -359,7 +359,7 @@ def test_a_swapped_form_is_undone_whatever_happens(bench):
   probe's forms are handed out by 'xla' while tracing, and put back after a lowering, also
   one that fails."""
   accelerator = bench('accelerator')
-  from t2t_jax.model import kernels  # noqa: PLC0415 -- beside the module under test
+  from t2t_jax.model import kernels  # beside the module under test
   before = kernels.KERNELS['xla']
   with accelerator.swapped(accelerator.FORMS['one-pass loss']) as choice:
     assert choice == 'xla+one_pass_loss' and kernels.KERNELS['xla'] is before

@@ -468,7 +468,7 @@ def raised_in(filename: str, error: Exception) -> Exception:
   """`error` with a traceback through a file of that name (orbax's code, say)."""
   try:
     exec(compile('raise error', filename, 'exec'), {'error': error})
-  except Exception as e:  # noqa: BLE001 — caught to be returned with its traceback
+  except Exception as e:  # caught to be returned with its traceback
     return e
 
 

@@ -115,7 +115,7 @@ def run_code_cell(tag_or_index, cwd, **namespace):
   os.chdir(cwd)
   try:
     exec(cell.source, namespace)
-  except Exception as e:  # noqa: BLE001 -- the caller looks at it
+  except Exception as e:  # the caller looks at it
     return e
   finally:
     os.chdir(here)

@@ -44,7 +44,7 @@ def test_a_full_disk_at_the_start_names_the_lock_file(tmp_path, monkeypatch):
   file (the system's own names none: a write's errno carries no path)."""
   class FullDisk:
     def __init__(self, path, *args, **kwargs):
-      self.file = open(path, *args, **kwargs)  # noqa: SIM115
+      self.file = open(path, *args, **kwargs)
 
     def __getattr__(self, name):
       return getattr(self.file, name)

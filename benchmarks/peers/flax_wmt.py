@@ -74,18 +74,18 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-import common  # noqa: E402  (benchmarks/common.py: the repository on sys.path)
+import common  # benchmarks/common.py: the repository on sys.path
 
 common.start(__name__)
 
-import flax.linen as nn  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-import train_step as ours  # noqa: E402  (benchmarks/train_step.py: its batch and timing)
-from flax import struct  # noqa: E402
-from flax.training import common_utils, train_state  # noqa: E402
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import train_step as ours  # benchmarks/train_step.py: its batch and timing
+from flax import struct
+from flax.training import common_utils, train_state
 
 
 def shape_of(config_name: str) -> dict:

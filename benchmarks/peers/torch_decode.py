@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-import common  # noqa: E402  (benchmarks/common.py: the configs' sizes; no JAX)
+import common  # benchmarks/common.py: the configs' sizes; no JAX
 
 PAD_ID = 0  # padding, and the decoder's start symbol
 EOS_ID = common.EOS_ID

@@ -744,7 +744,7 @@ def _read_stream(binary: BinaryIO, name: str, lines: queue.Queue) -> None:
   try:
     for number, raw in enumerate(iter(binary.readline, b''), start=1):
       lines.put(sources.decode_lines(name, number, [raw])[0])
-  except Exception as error:  # noqa: BLE001 — handed to the consumer, which raises it
+  except Exception as error:  # handed to the consumer, which raises it
     lines.put(error)
     return
   lines.put(_END)

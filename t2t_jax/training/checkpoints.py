@@ -118,7 +118,7 @@ class Checkpointer:
     try:
       self._manager.wait_until_finished()
       self._manager.close()
-    except Exception as e:  # noqa: BLE001 — the run already stops with another error
+    except Exception as e:  # the run already stops with another error
       logging.warning('Checkpoint writes in %s did not finish: %s', self.directory,
                       errors.summary(e))
 
@@ -182,7 +182,7 @@ class Checkpointer:
         return self._read(candidate, state)
       except CheckpointMismatch:
         raise
-      except Exception as e:  # noqa: BLE001 — after retries, any failure to read is "unreadable"
+      except Exception as e:  # after retries, any failure to read is "unreadable"
         if errors.is_permission_refusal(e):  # not corruption: nothing is moved aside
           raise errors.UserError(
               f'{self.directory}/{candidate}: cannot be read (permission denied: '
@@ -256,7 +256,7 @@ def retry(read: Callable[[], Any], what: str) -> Any:
       return read()
     except CheckpointMismatch:
       raise
-    except Exception as e:  # noqa: BLE001 — the last attempt re-raises it
+    except Exception as e:  # the last attempt re-raises it
       if attempt == READ_ATTEMPTS or errors.is_permission_refusal(e):  # no second try helps
         raise
       logging.warning('Reading %s failed (%s); retrying in %.0f s.', what, errors.summary(e),
@@ -428,7 +428,7 @@ def load_params(workdir: str, *, which: str = 'auto', step: int = 0) -> Loaded:
       try:
         read = functools.partial(_restore_params, os.path.join(workdir, subdir), s)
         return Loaded(retry(read, where), kind, s)
-      except Exception as e:  # noqa: BLE001 — named, then the one before is tried
+      except Exception as e:  # named, then the one before is tried
         if step:
           raise errors.UserError(f'config.restore_step={step}: {where} is unreadable '
                                  f'({errors.summary(e)})') from e
@@ -487,7 +487,7 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
       break
     try:
       params = retry(functools.partial(_restore_params, directory, s), f'{directory}/{s}')
-    except Exception as e:  # noqa: BLE001 — named and skipped
+    except Exception as e:  # named and skipped
       logging.warning('%s/%d is unreadable (%s); averaging without it.', directory, s,
                       errors.summary(e))
       continue
