@@ -108,6 +108,9 @@ def main(argv: list[str]) -> None:
     # mid-write is a temporary the next run removes.
     print(f't2t_jax: error: {e}', file=sys.stderr, flush=True)
     logging.flush()
+    # TensorStore's threads may still print (from C++) while the process ends: below the
+    # line that names the folder, they would bury it.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
     os._exit(1)
 
 

@@ -6,11 +6,12 @@ files are damaged or the disk is full, every task fails, the caller gets one exc
 again: as asyncio's "Task exception was never retrieved", as Python's "Exception ignored
 in: <coroutine ...>", and as the tracebacks orbax's background threads log. A truncated
 checkpoint once printed 500 such lines around the two that mattered. Only these repeats are
-dropped; anything that does not pass through orbax's code still shows.
+dropped, through logging's filters and Python's unraisable hook (with asyncio's "Event loop
+is closed" of each TensorStore hand-over to the loop orbax closed after the failure);
+anything that does not pass through orbax's code still shows.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import types
@@ -30,11 +31,11 @@ def install() -> None:
   if not getattr(default_hook, 'drops_orbax_repeats', False):
 
     def hook(unraisable) -> None:
-      if not _through_orbax(unraisable.exc_traceback, unraisable.object):
+      if not (_through_orbax(unraisable.exc_traceback, unraisable.object)
+              or _native_call_to_closed_loop(unraisable)):
         default_hook(unraisable)
     hook.drops_orbax_repeats = True
-    sys.unraisablehook = hook
-  _ignore_native_calls_to_closed_loops()
+    sys.unraisablehook = hook  # Python's documented way to install the hook
 
 
 def drop_orbax_metadata_warning() -> None:
@@ -56,6 +57,9 @@ def _is_metadata_warning(record: logging.LogRecord) -> bool:
           and str(record.msg).startswith('Metadata file does not exist'))
 
 
+_TENSORSTORE_ERROR = '[tensorstore_spec='  # how TensorStore's error messages end
+
+
 class QuietLibraries(logging.Filter):
   """Drops orbax's per-file INFO chatter, its warning that a checkpoint item (params/) has
   no metadata file of its own (the step directory has it), the tracebacks its background
@@ -66,7 +70,9 @@ class QuietLibraries(logging.Filter):
   def filter(self, record) -> bool:
     error = record.exc_info[1] if record.exc_info else None
     if record.name == 'asyncio' and error is not None:
-      return not _through_orbax(error.__traceback__)
+      # An orbax task's failure, or a TensorStore read or write whose error (it names its
+      # spec) orbax raised to the caller too: asyncio reports its future when collected.
+      return not (_through_orbax(error.__traceback__) or _TENSORSTORE_ERROR in str(error))
     if '/orbax/' not in record.pathname:
       return True
     reported = error is not None and errors.is_disk_refusal(error)
@@ -74,23 +80,17 @@ class QuietLibraries(logging.Filter):
             and not reported)
 
 
-def _ignore_native_calls_to_closed_loops() -> None:
-  """TensorStore's threads hand each finished write to orbax's asyncio loop; after a failed
-  save orbax has closed that loop, and each of them prints asyncio's "Event loop is closed"
-  traceback from C++ (past sys.excepthook). A callback that a loop can no longer run is
-  dropped instead when the caller is native code (no Python frame below it); a Python
-  caller still gets the RuntimeError."""
-  original = asyncio.BaseEventLoop.call_soon_threadsafe
-  if getattr(original, 'ignores_native_calls', False):
-    return
-
-  def call_soon_threadsafe(self, callback, *args, context=None):
-    if self.is_closed() and sys._getframe().f_back is None:
-      return None
-    return original(self, callback, *args, context=context)
-  call_soon_threadsafe.ignores_native_calls = True
-  call_soon_threadsafe.original = original
-  asyncio.BaseEventLoop.call_soon_threadsafe = call_soon_threadsafe
+def _native_call_to_closed_loop(unraisable) -> bool:
+  """TensorStore's threads hand each finished read or write to orbax's asyncio loop; after a
+  failed save or restore orbax has closed that loop, and each hand-over fails with asyncio's
+  "Event loop is closed", raised with no Python frame below call_soon_threadsafe (its caller
+  is native code) and reported as unraisable. A Python caller gets the RuntimeError as
+  before."""
+  traceback, error = unraisable.exc_traceback, unraisable.exc_value
+  return (unraisable.object is None and isinstance(error, RuntimeError)
+          and str(error) == 'Event loop is closed' and traceback is not None
+          and traceback.tb_frame.f_code.co_name == 'call_soon_threadsafe'
+          and '/asyncio/' in traceback.tb_frame.f_code.co_filename)
 
 
 def _through_orbax(traceback: types.TracebackType | None, origin: object = None) -> bool:
