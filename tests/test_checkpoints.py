@@ -1,6 +1,5 @@
 """Checkpoints: exact resume after a stop or a kill, fallback past a corrupt checkpoint,
 averaging, and the divergence guard."""
-import asyncio
 import json
 import os
 import signal
@@ -285,22 +284,6 @@ def test_declined_save_is_an_error(tmp_path):
   checkpointer.close()
 
 
-def test_torn_writes_are_cleaned_up_before_the_checkpointer_is_made(tmp_path, monkeypatch):
-  """orbax's clean-up thread must not outlive the constructor: a run that stops at once
-  would print its traceback during interpreter shutdown."""
-  from orbax.checkpoint._src.path import temporary_paths  # the module orbax's manager calls
-  scanned = []
-
-  async def slow_cleanup(directory, **_):
-    await asyncio.sleep(0.5)
-    scanned.append(str(directory))
-
-  monkeypatch.setattr(temporary_paths, 'cleanup_temporary_paths', slow_cleanup)
-  checkpointer = checkpoints.Checkpointer(str(tmp_path), keep=5)
-  assert scanned == [checkpointer.directory]
-  checkpointer.close()
-
-
 def test_an_error_lets_the_save_in_flight_finish_and_is_the_one_raised(tmp_path):
   state = _template(tiny_config())
   with pytest.raises(KeyError, match='the run\'s own error'):
@@ -384,6 +367,20 @@ def test_averaging_is_the_arithmetic_mean(tmp_path):
   # Averaging one checkpoint is the identity.
   checkpoints.average_checkpoints(workdir, 1)
   assert_trees_equal(checkpoints.load_params(workdir).params, trees[-1])
+
+
+def test_a_torn_saves_temporary_folder_is_removed_at_the_start(tmp_path):
+  """A save a kill cut short leaves orbax's `<step>.orbax-checkpoint-tmp-*` folder: the next
+  Checkpointer removes it before orbax opens the folder, and keeps the whole checkpoints."""
+  workdir = str(tmp_path)
+  trainer.train_and_evaluate(tiny_config(num_train_steps=8), workdir)
+  torn = tmp_path / 'checkpoints' / '12.orbax-checkpoint-tmp-1764300000'
+  (torn / 'train_state').mkdir(parents=True)
+  (torn / 'train_state' / 'part').write_text('half a write')
+  with checkpoints.Checkpointer(workdir, keep=5) as checkpointer:
+    assert checkpointer.steps() == [4, 8]
+  assert not torn.exists()
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', '8']
 
 
 def test_the_best_checkpoints_by_dev_loss(tmp_path):

@@ -82,22 +82,25 @@ class Checkpointer:
     self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINTS))
     self._every_steps, self._every_seconds = every_steps, every_minutes * 60
     self._last_save_time = time.monotonic()
+    self._remove_torn_writes()
     # Handlers named up front, so that item_metadata can read shapes before any restore.
     self._manager = ocp.CheckpointManager(
         self.directory, item_handlers={'params': ocp.StandardCheckpointHandler(),
                                        'train_state': ocp.StandardCheckpointHandler(),
                                        'data': ocp.JsonCheckpointHandler()},
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, cleanup_tmp_directories=True))
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep))
     self._closed = False
-    self._await_tmp_cleanup()
 
-  def _await_tmp_cleanup(self) -> None:
-    """Finishes orbax's removal of torn writes' temporary folders now: it runs in a thread
-    that, if the run stops at once (a bad config.restore_step), would still be scanning
-    during interpreter shutdown and print a traceback. A scan of one local folder."""
-    await_cleanup = getattr(self._manager, '_maybe_await_cleanup_tmp_directory', None)
-    if callable(await_cleanup):  # orbax's private method: absent, the first save waits
-      await_cleanup()
+  def _remove_torn_writes(self) -> None:
+    """Removes the temporary folders of saves a kill or a full disk cut short (orbax's
+    `<step>.orbax-checkpoint-tmp-*`), now, before orbax opens the folder. orbax's own
+    cleanup (cleanup_tmp_directories) runs in a background thread that a run stopping at
+    once (a bad config.restore_step) left scanning during interpreter shutdown, printing a
+    traceback. Process 0 removes, the others wait for it."""
+    if jax.process_index() == 0 and os.path.isdir(self.directory):
+      for name in ocp.path.step.tmp_checkpoints(self.directory):
+        shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+    distributed.sync('t2t_jax_torn_writes')
 
   def __enter__(self) -> Checkpointer:
     return self
