@@ -14,6 +14,12 @@ What a step shows while it runs:
 
 Only one process of a multi-process run should show progress: callers pass `enabled`
 (this module does not import jax, so it stays importable from every layer).
+
+Why not tqdm or clu's progress: their bar writes to a stream, and this is the one place a
+step's progress reaches absl's log (and --log_dir's files, which a preempted cluster job
+keeps) as lines at a set pace, with an ETA weighted by each piece's cost (decoding's batches
+differ tenfold), its bar erased before every log line so that the two never interleave, and
+the same lines on stderr where a Python session's logging would drop them.
 """
 from __future__ import annotations
 
