@@ -23,9 +23,9 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from t2t_jax import study, trainer
+from t2t_jax import study, trainer, translate_command
 from t2t_jax.config import command_line, key_help, loading, recorded_run, rules
-from t2t_jax.decoding import attention_maps, evaluate, export, translator
+from t2t_jax.decoding import attention_maps, evaluate, export
 from t2t_jax.model.transformer import ModelConfig, init_param_count
 from t2t_jax.platform import distributed, errors, quiet, xla
 from t2t_jax.platform import workdir as workdir_lib
@@ -146,16 +146,16 @@ def _dispatch() -> None:
     elif FLAGS.input is None:
       raise errors.UserError('--mode=translate needs --input=FILE (or - for stdin)')
     else:
-      translator.run_translate(config, FLAGS.workdir, FLAGS.input, FLAGS.output,
-                               n_best=FLAGS.n_best, stream_lines=FLAGS.stream_lines,
-                               stream_wait_s=FLAGS.stream_wait)
+      translate_command.run_translate(config, FLAGS.workdir, FLAGS.input, FLAGS.output,
+                                      n_best=FLAGS.n_best, stream_lines=FLAGS.stream_lines,
+                                      stream_wait_s=FLAGS.stream_wait)
     return
   if FLAGS.mode == 'score':
     if FLAGS.input is None or FLAGS.reference is None:
       raise errors.UserError('--mode=score needs --input=FILE (the sources) and --reference=FILE '
                              '(their translations, line for line)')
-    translator.run_score(config, FLAGS.workdir, FLAGS.input, FLAGS.reference, FLAGS.output,
-                         per_token=FLAGS.per_token)
+    translate_command.run_score(config, FLAGS.workdir, FLAGS.input, FLAGS.reference,
+                                FLAGS.output, per_token=FLAGS.per_token)
     return
   if FLAGS.mode == 'export':
     if FLAGS.output is None:
@@ -190,8 +190,8 @@ def _key_help() -> str:
     where = os.path.join(FLAGS.workdir, workdir_lib.CONFIG)
     return key_help.describe(recorded_run.from_recorded(recorded, _recorded_overrides, where),
                              tuple(files))
-  return key_help.describe(loading.load_module(key_help.BASE, 't2t_jax_config_base')
-                          .get_config(), tuple(files))
+  base = loading.load_module(key_help.BASE, 't2t_jax_config_base').get_config()
+  return key_help.describe(base, tuple(files))
 
 
 def _study() -> None:

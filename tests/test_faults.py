@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from helpers import COMMAND, ROOT, cpu_env, dead_pid, make_config, run_process, tiny_config
-from t2t_jax import trainer
+from t2t_jax import trainer, translate_command
 from t2t_jax.decoding import evaluate, export, translator
 from t2t_jax.platform import distributed, errors, files, quiet
 from t2t_jax.platform import workdir as workdir_lib
@@ -47,7 +47,7 @@ def test_translating_into_a_folder_is_refused_before_decoding(run, tmp_path, mon
   (tmp_path / 'in.txt').write_text('5 6 7\n')
   for output, named in ((tmp_path, 'is a folder'), (tmp_path / 'no' / 'out.txt', 'no folder')):
     with pytest.raises(errors.UserError, match=named):
-      translator.run_translate(tiny_config(), run, str(tmp_path / 'in.txt'),
+      translate_command.run_translate(tiny_config(), run, str(tmp_path / 'in.txt'),
                                str(output))
   with pytest.raises(errors.UserError, match='is a folder'):
     files.write_text(str(tmp_path), 'text\n')

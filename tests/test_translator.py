@@ -27,7 +27,7 @@ from helpers import (
   run_process,
   tiny_config,
 )
-from t2t_jax import Hypothesis, Translator
+from t2t_jax import Hypothesis, Translator, translate_command
 from t2t_jax.decoding import batch_plan, translator
 from t2t_jax.decoding.decode import length_penalty
 from t2t_jax.model.transformer import ModelConfig, Transformer
@@ -148,12 +148,13 @@ def test_stream_batches_take_what_has_arrived():
   the end of the input is told before the last batch is given."""
   arrivals = [(0, b'a\n'), (0, b'b\n'), (0, b'c\n'), (1.5, b'd\r\n'), (1.5, b'e')]
   ended = []
-  batches = translator.arriving_batches(SlowPipe(arrivals), '<stdin>', wait_s=0.5,
-                                        on_end=lambda: ended.append(True))
+  batches = translate_command.arriving_batches(SlowPipe(arrivals), '<stdin>', wait_s=0.5,
+                                               on_end=lambda: ended.append(True))
   assert (next(batches), ended) == (['a', 'b', 'c'], [])
   assert (next(batches), ended) == (['d', 'e'], [True])
   assert list(batches) == []
-  capped = translator.arriving_batches(SlowPipe(arrivals), '<stdin>', wait_s=0.5, max_lines=2)
+  capped = translate_command.arriving_batches(SlowPipe(arrivals), '<stdin>', wait_s=0.5,
+                                              max_lines=2)
   assert list(capped) == [['a', 'b'], ['c'], ['d', 'e']]
 
 
@@ -174,28 +175,28 @@ def test_a_pipe_is_decoded_as_a_file_and_typed_lines_one_by_one():
   compiled ahead (max_rows = small_lines)."""
   lines = [f'line {i}' for i in range(20)]
   piped, out = Recorder(), io.BytesIO()
-  assert translator.stream(piped, io.BytesIO(''.join(f'{x}\n' for x in lines).encode()), out,
-                           small_lines=16) == 20
+  piped_lines = io.BytesIO(''.join(f'{x}\n' for x in lines).encode())
+  assert translate_command.stream(piped, piped_lines, out, small_lines=16) == 20
   assert piped.calls == [(20, 0)]
   assert out.getvalue().decode().split('\n')[:-1] == lines
   typed = Recorder()
-  translator.stream(typed, SlowPipe([(0, b'one\n'), (1.0, b'two\n')]), io.BytesIO(),
-                    small_lines=16, wait_s=0.1)
+  translate_command.stream(typed, SlowPipe([(0, b'one\n'), (1.0, b'two\n')]), io.BytesIO(),
+                           small_lines=16, wait_s=0.1)
   assert typed.calls == [(1, 16), (1, 16)]
 
 
 def test_a_bad_stream_line_ends_the_stream_after_the_lines_before_it():
-  batches = translator.arriving_batches(SlowPipe([(0, b'a\n'), (0, b'b \xff\n'), (0, b'c\n')]),
-                                        '<stdin>', max_lines=8, wait_s=0.5)
+  pipe = SlowPipe([(0, b'a\n'), (0, b'b \xff\n'), (0, b'c\n')])
+  batches = translate_command.arriving_batches(pipe, '<stdin>', max_lines=8, wait_s=0.5)
   assert next(batches) == ['a']
   with pytest.raises(errors.UserError, match=r'<stdin>, line 2: invalid UTF-8'):
     next(batches)
 
 
 def test_format_results_single_and_n_best():
-  assert translator.format_results(['x y', '']) == 'x y\n\n'
-  text = translator.format_results([[Hypothesis('x y', -0.25), Hypothesis('x', -1.5)],
-                                    [Hypothesis('', 0.0)]], first_index=7)
+  assert translate_command.format_results(['x y', '']) == 'x y\n\n'
+  text = translate_command.format_results([[Hypothesis('x y', -0.25), Hypothesis('x', -1.5)],
+                                           [Hypothesis('', 0.0)]], first_index=7)
   assert text == '7 ||| x y ||| -0.250000\n7 ||| x ||| -1.500000\n8 |||  ||| 0.000000\n'
 
 
@@ -267,12 +268,12 @@ def test_the_input_limit_keeps_learned_positions_in_range():
 def test_a_failed_stream_never_replaces_an_earlier_output_file(tmp_path):
   path = tmp_path / 'out.txt'
   path.write_text('an earlier result\n')
-  with pytest.raises(errors.UserError), translator.stream_output(str(path)) as out:
+  with pytest.raises(errors.UserError), translate_command.stream_output(str(path)) as out:
     out.write(b'first translation\n')
     raise errors.UserError('<stdin>, line 2: invalid UTF-8')
   assert path.read_text() == 'an earlier result\n'
   assert (tmp_path / 'out.txt.partial').read_text() == 'first translation\n'
-  with translator.stream_output(str(path)) as out:
+  with translate_command.stream_output(str(path)) as out:
     out.write(b'complete\n')
   assert path.read_text() == 'complete\n' and not (tmp_path / 'out.txt.partial').exists()
 
@@ -371,7 +372,7 @@ def test_a_stream_samples_as_the_whole_input_does(tiny_workdir):
                                                    'sample_temperature': 1.5})
   text = ''.join(line + '\n' for line in LINES).encode()
   out = io.BytesIO()
-  translator.stream(sampler, io.BytesIO(text), out, max_lines=2, wait_s=5)
+  translate_command.stream(sampler, io.BytesIO(text), out, max_lines=2, wait_s=5)
   assert out.getvalue().decode().split('\n')[:-1] == sampler.translate(LINES)
 
 
@@ -418,7 +419,7 @@ def test_sampling_and_an_ensemble_on_the_command_line(cli, tiny_workdir, loaded,
   assert outputs[0] == outputs[1] == ''.join(t + '\n' for t in loaded.translate(LINES,
                                                                                 **SAMPLED))
   # Two printed scores, each rounded to 6 decimals from a search in its own batches.
-  alone = [line.split(' ||| ') for line in translator.format_results(
+  alone = [line.split(' ||| ') for line in translate_command.format_results(
       loaded.translate(LINES, n_best=3)).splitlines()]
   ensemble = [line.split(' ||| ') for line in outputs[2].splitlines()]
   assert [line[:2] for line in ensemble] == [line[:2] for line in alone]
@@ -489,7 +490,7 @@ def test_after_compile_ahead_small_calls_compile_nothing(tiny_workdir):
       got = [ready.translate(call) for call in calls]
       got_samples = [ready.translate(call, **SAMPLED) for call in calls]
       out = io.BytesIO()
-      translator.stream(ready, io.BytesIO('\n'.join(lines).encode()), out, max_lines=2,
+      translate_command.stream(ready, io.BytesIO('\n'.join(lines).encode()), out, max_lines=2,
                         wait_s=5)
     finally:
       jax.config.update('jax_log_compiles', False)

@@ -1,4 +1,5 @@
-"""From a trained run to translations (§6.1): the Python API, `--mode=translate`, streaming.
+"""From a trained run to translations (§6.1): the Python API, which `--mode=translate` runs
+(translate_command.py: files and streams).
 
     from t2t_jax import Translator
     tr = Translator.from_workdir('runs/demo')
@@ -10,9 +11,8 @@ Sentences are encoded, sorted by length and cut into decoding batches whose shap
 from a fixed set (source-length buckets × a row count per bucket), so short sentences
 don't pay for long ones' padding and beam search compiles a bounded number of times.
 Each device decodes its own rows (shard_map, no communication); outputs return to input
-order. A stream (`--input=-`) is cut into batches as its lines arrive instead (`stream`),
-so each line is answered without waiting for the end of the input, and a pipe's lines,
-arriving together, are decoded together as a file's.
+order. A call of a few sentences (a stream's batch) decodes in small batches of fixed
+shapes instead (interactive_shapes), which `compile_ahead` compiles.
 
 config.decode_method chooses the search: 'beam' (§6.1), 'greedy' (beam search with one beam)
 or 'sample' (sampling.py: config.sample_temperature, sample_top_k, sample_seed; a sentence's
@@ -30,13 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import re
-import sys
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections
@@ -47,7 +43,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from t2t_jax.config import recorded_run, rules
-from t2t_jax.data import pipeline, sources
+from t2t_jax.data import pipeline
 from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
 from t2t_jax.decoding import decode, sampling, scoring
 from t2t_jax.decoding.batch_plan import (
@@ -57,7 +53,7 @@ from t2t_jax.decoding.batch_plan import (
   interactive_shapes,
 )
 from t2t_jax.model.transformer import ModelConfig, Transformer
-from t2t_jax.platform import errors, files, xla
+from t2t_jax.platform import errors, xla
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.platform.mesh import AXIS, make_mesh, replicated, shard_batch
 from t2t_jax.platform.progress import Progress
@@ -713,208 +709,3 @@ def check_same_vocabulary(config: ml_collections.ConfigDict, member: ml_collecti
     raise errors.UserError(f'config.ensemble: {folder} has another vocabulary than {workdir} '
                            f'(fingerprint {theirs.fingerprint}, not {tokenizer.fingerprint}); '
                            'the runs of an ensemble share one vocabulary')
-
-
-# ------------------------------------------------------------------ --mode=translate
-
-# --n_best=K output: K lines per input line, `INDEX ||| TRANSLATION ||| SCORE`, INDEX the
-# input line's number counted from 0, best first: Moses' and Marian's n-best fields without
-# their third, the features.
-NBEST_SEPARATOR = ' ||| '
-
-
-def format_results(results: Sequence[str] | Sequence[Sequence[Hypothesis]],
-                   first_index: int = 0) -> str:
-  """Output text of translations: a line each, or the n-best lines of each list."""
-  lines = []
-  for index, result in enumerate(results, start=first_index):
-    if isinstance(result, str):
-      lines.append(result)
-    else:
-      lines += [NBEST_SEPARATOR.join((str(index), h.text, f'{h.score:.6f}')) for h in result]
-  return ''.join(line + '\n' for line in lines)
-
-
-_END = object()  # the end of a stream, in its queue
-
-
-def _read_stream(binary: BinaryIO, name: str, lines: queue.Queue) -> None:
-  """Puts each line of `binary` into `lines` as it arrives (split on b'\\n' alone, decoded
-  like a file: sources.decode_lines), then _END; a bad line puts its error and stops."""
-  try:
-    for number, raw in enumerate(iter(binary.readline, b''), start=1):
-      lines.put(sources.decode_lines(name, number, [raw])[0])
-  except Exception as error:  # handed to the consumer, which raises it
-    lines.put(error)
-    return
-  lines.put(_END)
-
-
-# The most lines a stream batch takes: a pipe's lines arrive together, and are decoded in
-# batches this size by the plan of a file, length-sorted (memory: its ids and outputs).
-STREAM_MAX_LINES = 10_000
-
-
-def arriving_batches(binary: BinaryIO, name: str, *, wait_s: float,
-                     max_lines: int = STREAM_MAX_LINES,
-                     on_end: Callable[[], None] | None = None) -> Iterator[list[str]]:
-  """Lines of a stream in batches as they arrive: a batch is its first line and every line
-  that has arrived by `wait_s` seconds after it, at most `max_lines`. Lines typed one at a
-  time come one a batch; a pipe's come together, as many as have arrived, like a file's.
-  `on_end()` is called when the end of the stream is read, before its last batch is given.
-  A line that cannot be read raises, after the batches of the lines before it.
-  """
-  lines: queue.Queue = queue.Queue()
-  # A daemon thread: blocked in a read, it must not keep a finished process alive.
-  threading.Thread(target=_read_stream, args=(binary, name, lines), daemon=True).start()
-  item = lines.get()
-  while item is not _END:
-    if isinstance(item, Exception):
-      raise item
-    batch, deadline = [item], time.monotonic() + wait_s
-    item = None  # what ended the batch: None (full, or the wait is over), _END or an error
-    while len(batch) < max_lines:
-      try:
-        item = lines.get(timeout=max(deadline - time.monotonic(), 0))
-      except queue.Empty:
-        item = None
-        break
-      if not isinstance(item, str):
-        break
-      batch.append(item)
-      item = None
-    if item is _END and on_end is not None:
-      on_end()
-    yield batch
-    if item is None:
-      item = lines.get()
-      if item is _END and on_end is not None:
-        on_end()
-
-
-def stream(translator: Translator, binary: BinaryIO, out: BinaryIO, *, name: str = '<stdin>',
-           n_best: int | None = None, small_lines: int = INTERACTIVE_ROWS,
-           wait_s: float = 0.1, max_lines: int = STREAM_MAX_LINES,
-           on_end: Callable[[], None] | None = None) -> int:
-  """Translates the lines of `binary` as they arrive (arriving_batches) and writes each
-  batch's output lines to `out`, flushed at once: a translation never waits for the end of
-  the input. A batch of at most `small_lines` lines is decoded in small batches of fixed
-  shapes (interactive_shapes, those Translator.compile_ahead compiles with max_rows =
-  small_lines); a larger one, length-sorted as a file is. Returns the number of lines
-  translated."""
-  done = 0
-  for batch in arriving_batches(binary, name, wait_s=wait_s, max_lines=max_lines,
-                                on_end=on_end):
-    results = translator.translate(batch, n_best=n_best, first_line=done + 1,
-                                   max_rows=small_lines if len(batch) <= small_lines else 0,
-                                   show_progress=False)
-    out.write(format_results(results, first_index=done).encode('utf-8'))
-    out.flush()
-    done += len(batch)
-  return done
-
-
-def check_n_best_flag(n_best: int | None, config: ml_collections.ConfigDict) -> None:
-  """--n_best: up to the beam's hypotheses (greedy decoding: one beam), up to MAX_SAMPLES
-  samples."""
-  if n_best is not None and not 1 <= n_best <= n_best_bound(config.decode_method, None, config):
-    raise errors.UserError(f'--n_best={n_best}: '
-                           f'{n_best_limit(config.decode_method, None, config)}')
-
-
-def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: str,
-                  output_path: str | None, *, n_best: int | None = None,
-                  stream_lines: int = 16, stream_wait_s: float = 0.1) -> None:
-  """--mode=translate: lines of `input_path` to `output_path` (None = stdout).
-
-  A file is read whole and decoded in length-sorted batches. '-' (stdin) is a stream: its
-  lines are translated in batches as they arrive (`stream`: lines typed one by one, each
-  at once, in small batches of at most `stream_lines` whose shapes are compiled ahead; a
-  pipe's, many at a time, as a file's), and each batch's output is flushed at once
-  (multi-process runs read stdin whole: every process must decode the same batches).
-  Line i of the output is the translation of line i of the input (n-best: its lines start
-  with i - 1): both are split on '\n' alone, stdin exactly like a file (sources.read_lines),
-  and no translation holds a line break.
-  """
-  check_n_best_flag(n_best, config)
-  # Before any decoding: a mistake in where the output goes costs seconds, not the run.
-  if output_path is not None:
-    files.check_writable_file(output_path, 'the translations')
-  if input_path == '-' and sys.stdin is None:
-    raise errors.UserError('--input=-: standard input is closed; give it lines, or --input=FILE')
-  translator = Translator(config, workdir, mode='translate')
-  if input_path == '-' and jax.process_count() == 1:
-    with translator, stream_output(output_path) as out:
-      _stream_ahead(translator, stream_lines, n_best)
-      # At the end of the input nothing more is compiled ahead: the process ends once the
-      # last lines are written and the compilations running then are done (XLA cannot stop
-      # one; a thread that would not be waited for aborts the process as it exits).
-      count = stream(translator, sys.stdin.buffer, out, n_best=n_best, small_lines=stream_lines,
-                     wait_s=stream_wait_s, on_end=translator.close)
-    logging.info('Translated %d lines of <stdin>.', count)
-    return
-  text = format_results(translator.translate(sources.read_lines(input_path), n_best=n_best))
-  if output_path is not None:
-    if jax.process_index() == 0:  # one copy, however many processes decoded
-      files.write_text(output_path, text)
-  elif jax.process_index() == 0:
-    sys.stdout.flush()
-    sys.stdout.buffer.write(text.encode('utf-8'))  # UTF-8 whatever the locale's encoding
-    sys.stdout.buffer.flush()
-
-
-def _stream_ahead(translator: Translator, stream_lines: int, n_best: int | None) -> None:
-  """A stream's search compiled in the background for every small batch's shape, up to the
-  lengths the model can meet (Translator.ahead_length), so that lines typed later wait for
-  none; with config.compile_ahead, on a host with cores to spare (ahead.default_threads:
-  elsewhere those compilations would take the cores decoding needs)."""
-  threads = ahead.default_threads() if translator.config.compile_ahead else 0
-  if not threads:
-    logging.info('Compiling as shapes are met (%s); the compilation cache keeps them.',
-                 'config.compile_ahead=False' if not translator.config.compile_ahead
-                 else 'fewer than 4 cores: compiling ahead would slow decoding')
-    return
-  translator.compile_ahead(max_rows=stream_lines, n_best=n_best, wait=False, threads=threads)
-
-
-def run_score(config: ml_collections.ConfigDict, workdir: str, input_path: str,
-              reference_path: str, output_path: str | None, *, per_token: bool = False) -> None:
-  """--mode=score: each line of `reference_path` scored as the translation of the same line
-  of `input_path` (scoring.format_scores), to `output_path` (None = stdout)."""
-  if output_path is not None:
-    files.check_writable_file(output_path, 'the scores')
-  sources_, targets = sources.read_lines(input_path), sources.read_lines(reference_path)
-  if len(sources_) != len(targets):
-    raise errors.UserError(f'--input={input_path} has {len(sources_)} lines, '
-                           f'--reference={reference_path} {len(targets)}: give a reference '
-                           'line for each input line')
-  text = scoring.format_scores(Translator(config, workdir, mode='translate').score(
-      sources_, targets), per_token=per_token)
-  if jax.process_index() != 0:  # one copy, however many processes scored
-    return
-  if output_path is not None:
-    files.write_text(output_path, text)
-  else:
-    sys.stdout.flush()
-    sys.stdout.buffer.write(text.encode('utf-8'))
-    sys.stdout.buffer.flush()
-
-
-@contextlib.contextmanager
-def stream_output(path: str | None) -> Iterator[BinaryIO]:
-  """A stream's output: stdout's bytes (UTF-8 whatever the locale's encoding), or for a file
-  `path`, PATH.partial written as it goes and renamed to `path` when the input ends. A run
-  that fails never replaces an earlier `path`; what it translated stays in PATH.partial."""
-  if path is None:
-    sys.stdout.flush()
-    yield sys.stdout.buffer
-    return
-  partial = f'{path}.partial'
-  with open(partial, 'wb') as f:
-    try:
-      yield f
-    except BaseException:
-      logging.error('%s holds the translations written before the error; %s is unchanged.',
-                    partial, path)
-      raise
-  os.replace(partial, path)

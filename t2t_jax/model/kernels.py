@@ -113,8 +113,9 @@ def fused_attention(query: Array, key: Array, value: Array, mask: Array | None, 
   Its logits and softmax are float32 as the plain form's; no attention weights come out,
   so attention maps (which keep them) use the plain form."""
   d_k, d_v = query.shape[-1], value.shape[-1]
-  if (query.dtype not in FUSED_DTYPES or d_k != d_v or d_k > FUSED_MAX_HEAD_SIZE
-          or d_k % 8):
+  served = (query.dtype in FUSED_DTYPES and d_k == d_v and d_k <= FUSED_MAX_HEAD_SIZE
+            and d_k % 8 == 0)
+  if not served:
     return None
   implementation = implementation or ('cudnn' if jax.default_backend() == 'gpu' else 'xla')
   if mask is not None:
