@@ -199,6 +199,7 @@ def token_vocabulary_indexing(text: str, vocab_size: int) -> list[str]:
           and f'{ROWS}x{LENGTH}x{vocab_size}x' in line]
 
 
+@pytest.mark.slow
 def test_the_one_pass_loss_for_accelerators():
   """Lever 'one_pass_loss': the GPU program reads and differentiates z_y without a gather or
   a scatter over [tokens, vocabulary] ('xla''s loss has both), with the same products."""
@@ -238,6 +239,7 @@ def test_rbg_dropout_for_accelerators():
   assert 'stablehlo.rng_bit_generator' not in train_program('cuda', 1)
 
 
+@pytest.mark.slow
 def test_fused_attention_leaves_what_it_cannot_serve_as_it_was():
   """Lever 'fused_attention' in float32 (which cuDNN's kernel does not serve): the same
   products as 'xla', attention computed by the model. Where it serves (bfloat16 on a GPU)

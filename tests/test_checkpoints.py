@@ -383,6 +383,7 @@ def test_a_torn_saves_temporary_folder_is_removed_at_the_start(tmp_path):
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', '8']
 
 
+@pytest.mark.slow
 def test_the_best_checkpoints_by_dev_loss(tmp_path):
   """decode_params='best' and average_select='best' choose by the dev losses metrics.jsonl
   holds (the last record of a step winning, a torn line skipped), among the checkpoints

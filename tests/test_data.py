@@ -628,6 +628,7 @@ def test_tfds_offline_fails_fast_with_instructions(tmp_path, monkeypatch):
     assert needle in message
 
 
+@pytest.mark.slow
 def test_tfds_uses_archives_in_the_manual_dir(tmp_path, monkeypatch):
   pytest.importorskip('tensorflow_datasets')
   builder = sources._tfds_builder(tfds_config(tmp_path))

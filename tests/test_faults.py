@@ -509,6 +509,7 @@ def test_asyncios_reports_of_tensorstore_futures_are_not_logged_again(tmp_path):
   assert quiet_filter.filter(record(from_elsewhere))
 
 
+@pytest.mark.slow
 def test_a_truncated_checkpoint_is_named_without_a_flood(cli, run, tmp_path):
   """It was recovered correctly, but among 5,145 lines of log (106 without the damage):
   orbax's wrapped TensorStore spec in each warning, asyncio's and Python's reports of each

@@ -41,8 +41,9 @@ def test_the_start_holds_the_source_parameters_and_a_fresh_optimizer(tiny_workdi
   assert not np.array_equal(jax.tree.leaves(at_step_3)[0], jax.tree.leaves(want)[0])
 
 
-@pytest.mark.parametrize('schedule,learning_rate', [('warmup_rsqrt', 0.0), ('rsqrt', 0.0),
-                                                    ('constant', 3e-3)])
+@pytest.mark.parametrize('schedule,learning_rate', [
+    ('warmup_rsqrt', 0.0), pytest.param('rsqrt', 0.0, marks=pytest.mark.slow),
+    pytest.param('constant', 3e-3, marks=pytest.mark.slow)])
 def test_the_first_update_is_adams_first_step_at_the_schedules_first_rate(
     tiny_workdir, tmp_path, caplog, schedule, learning_rate):
   """Adam's first update from zero moments is lr(1) · g / (|g| + ε) (bias-corrected), so

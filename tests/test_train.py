@@ -129,6 +129,7 @@ def test_synthetic_batches_are_the_same_on_any_topology(num_devices, process_cou
   assert not inputs[index < 0].any()
 
 
+@pytest.mark.slow
 def test_each_micro_batch_draws_its_own_dropout():
   """Two identical micro-batches under dropout: different masks, so different loss sums,
   and the step's sums are theirs added up."""

@@ -531,6 +531,7 @@ def test_a_large_call_samples_alike_with_its_shapes_compiled_ahead(tiny_workdir,
 # Forced scoring (scoring.py): Translator.score and --mode=score.
 
 
+@pytest.mark.slow
 def test_a_searched_output_scores_what_the_search_said(loaded):
   """Scoring the beam search's own n-best hypotheses gives their search scores; each is
   log P(Y|X) / lp(Y), recomputed independently (teacher_forced_score, float64)."""
@@ -557,6 +558,7 @@ def test_an_ensemble_of_the_run_with_itself_scores_as_the_run(tiny_workdir, load
     loaded.score(pairs[0], pairs[1][:2])
 
 
+@pytest.mark.slow
 def test_ensemble_weights_weigh_each_models_log_probabilities(tiny_workdir, loaded):
   """config.ensemble_weights: each target token's log-probability is the weighted mean of
   the models' (each model scored alone), and beam search over the run with itself under
