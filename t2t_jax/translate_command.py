@@ -109,14 +109,14 @@ def stream(translator: Translator, binary: BinaryIO, out: BinaryIO, *, name: str
   batch's output lines to `out`, flushed at once: a translation never waits for the end of
   the input. A batch of at most `small_lines` lines is decoded in small batches of fixed
   shapes (interactive_shapes, those Translator.compile_ahead compiles with max_rows =
-  small_lines); a larger one, length-sorted as a file is. Returns the number of lines
-  translated."""
+  small_lines); a larger one, length-sorted as a file is, with its progress in the log.
+  Returns the number of lines translated."""
   done = 0
   for batch in arriving_batches(binary, name, wait_s=wait_s, max_lines=max_lines,
                                 on_end=on_end):
+    small = len(batch) <= small_lines
     results = translator.translate(batch, n_best=n_best, first_line=done + 1,
-                                   max_rows=small_lines if len(batch) <= small_lines else 0,
-                                   show_progress=False)
+                                   max_rows=small_lines if small else 0, show_progress=not small)
     out.write(format_results(results, first_index=done).encode('utf-8'))
     out.flush()
     done += len(batch)

@@ -159,13 +159,13 @@ def test_stream_batches_take_what_has_arrived():
 
 
 class Recorder:
-  """A translator that echoes each batch, recording its size and the max_rows it got."""
+  """A translator that echoes each batch, recording its size, max_rows and progress."""
 
   def __init__(self):
     self.calls = []
 
   def translate(self, batch, **kwargs):
-    self.calls.append((len(batch), kwargs['max_rows']))
+    self.calls.append((len(batch), kwargs['max_rows'], kwargs['show_progress']))
     return batch
 
 
@@ -177,12 +177,12 @@ def test_a_pipe_is_decoded_as_a_file_and_typed_lines_one_by_one():
   piped, out = Recorder(), io.BytesIO()
   piped_lines = io.BytesIO(''.join(f'{x}\n' for x in lines).encode())
   assert translate_command.stream(piped, piped_lines, out, small_lines=16) == 20
-  assert piped.calls == [(20, 0)]
+  assert piped.calls == [(20, 0, True)]  # a file's plan, its progress in the log
   assert out.getvalue().decode().split('\n')[:-1] == lines
   typed = Recorder()
   translate_command.stream(typed, SlowPipe([(0, b'one\n'), (1.0, b'two\n')]), io.BytesIO(),
                            small_lines=16, wait_s=0.1)
-  assert typed.calls == [(1, 16), (1, 16)]
+  assert typed.calls == [(1, 16, False), (1, 16, False)]
 
 
 def test_a_bad_stream_line_ends_the_stream_after_the_lines_before_it():

@@ -430,8 +430,7 @@ class Translator:
     the search (1 ≤ n ≤ beam size; greedy: 1), or n samples. beam_size and alpha default to
     config.beam_size and config.beam_alpha (4 and 0.6, §6.1); temperature, top_k, top_p and
     seed to config.sample_temperature, sample_top_k, sample_top_p and sample_seed. One str in
-    gives one
-    translation (or list) out. first_line numbers the sentences in warnings and keys their
+    gives one translation (or list) out. first_line numbers the sentences in warnings and keys their
     samples (sentence i: first_line - 1 + i). max_rows caps a decoding batch's rows and
     makes its shape one of interactive_shapes' (streams); a call of at most
     INTERACTIVE_ROWS sentences does so by itself, so that after compile_ahead none waits

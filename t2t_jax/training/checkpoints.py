@@ -387,10 +387,10 @@ class Loaded:
 PARAMS_CHOICES = ('auto', 'averaged', 'checkpoint', 'best')
 
 
-def best_steps(workdir: str, count: int, *, key: str) -> list[int]:
-  """The `count` kept checkpoints of lowest dev loss (metrics.dev_losses: only steps where
-  training evaluated the dev set), in step order; ties go to the later step. Fewer where
-  fewer have a dev loss; none is an errors.UserError naming `key` and the fix."""
+def ranked_steps(workdir: str, *, key: str) -> list[int]:
+  """The kept checkpoints that have a dev loss (metrics.dev_losses: only steps where
+  training evaluated the dev set), lowest loss first; ties go to the later step. None is an
+  errors.UserError naming `key` and the fix."""
   losses = metrics.dev_losses(workdir)
   kept = [s for s in checkpoint_steps(workdir) if s in losses]
   if not kept:
@@ -398,7 +398,12 @@ def best_steps(workdir: str, count: int, *, key: str) -> list[int]:
         f'{key}: no checkpoint in {workdir}/{CHECKPOINTS} has a dev loss in metrics.jsonl '
         '(training records one every config.eval_every_steps; make checkpoint_every_steps a '
         'multiple of it)')
-  return sorted(sorted(kept, key=lambda s: (losses[s], -s))[:count])
+  return sorted(kept, key=lambda s: (losses[s], -s))
+
+
+def best_steps(workdir: str, count: int, *, key: str) -> list[int]:
+  """The `count` best of ranked_steps (fewer where fewer have a dev loss), in step order."""
+  return sorted(ranked_steps(workdir, key=key)[:count])
 
 
 def load_params(workdir: str, *, which: str = 'auto', step: int = 0) -> Loaded:
@@ -477,11 +482,10 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
                              f'(it has {steps})')
     steps = [s for s in steps if s <= step]
   if best:
-    ranked = [s for s in best_steps(workdir, len(steps), key="config.average_select='best'")
-              if s in steps]
-    losses = metrics.dev_losses(workdir)
-    # The best first: an unreadable one gives its place to the next best, as to the next older.
-    steps = sorted(ranked, key=lambda s: (losses[s], -s), reverse=True)
+    # Taken from the end, best first: an unreadable one gives its place to the next best, as
+    # it does to the next older.
+    steps = [s for s in ranked_steps(workdir, key="config.average_select='best'")
+             if s in steps][::-1]
   if not steps:
     raise errors.MissingFileError(f'No checkpoint in {directory} to average')
   chosen, total, dtypes = [], None, None
