@@ -69,8 +69,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2t_jax.apps import translator
 from t2t_jax.config import rules
-from t2t_jax.decoding import decode, translator
+from t2t_jax.decoding import batch_plan, decode
 from t2t_jax.model import kernels
 from t2t_jax.model.transformer import ModelConfig, Transformer, train_step_flops
 from t2t_jax.platform import mesh as mesh_lib
@@ -256,7 +257,7 @@ def prepare_search(c: ModelConfig, size: dict, rows: int, mesh, params) -> tuple
   src = common.random_sources(rows, size['source_length'], c.vocab_size, 3)
   src = mesh_lib.shard_batch({'src': src}, mesh)['src']
   args = (params, src, np.float32(0.6))
-  return translator.shard_rows(search, mesh).lower(*args), args
+  return batch_plan.shard_rows(search, mesh).lower(*args), args
 
 
 def time_search(compiled, args: tuple) -> tuple[float, np.ndarray]:
@@ -633,7 +634,7 @@ def bench_trained_search(workdir: str, size: dict, out: str | None, batching: st
   tr = translator.Translator.from_workdir(workdir, {'compilation_cache_dir': ''})
   with open(os.path.join(workdir, 'demo_corpus', 'test.en'), encoding='utf-8') as f:
     test = f.read().splitlines()
-  _, encoded = translator.encode_inputs(test, tr.tokenizer, tr.max_input_length)
+  _, encoded = batch_plan.encode_inputs(test, tr.tokenizer, tr.max_input_length)
   lines, decoder = [], tr.decoder()
   for asked in size['sentences']:
     rows = -(-asked // tr.mesh.size) * tr.mesh.size  # a whole number of rows a device

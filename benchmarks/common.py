@@ -108,7 +108,7 @@ WMT_SAMPLE = 'T2T_WMT_SAMPLE'
 def wmt_sample(name: str) -> str:
   """PREFIX of the real 10k-pair WMT EN-DE sample's PREFIX.en and PREFIX.de, for name 'train'
   or 'newstest2013', from the folder $T2T_WMT_SAMPLE (train.{en,de}, newstest2013.{en,de});
-  no path of one machine is built in (WORKSPACE.md says where the team's copy is)."""
+  no path of one machine is built in (docs/performance.md says what the sample is)."""
   folder = os.environ.get(WMT_SAMPLE, '')
   path = os.path.join(folder, name)
   if not folder or not os.path.isfile(f'{path}.en'):

@@ -32,7 +32,7 @@ Runs on any backend (the GPU/TPU figures are what the cache is for); the model i
 
 --waits trains --config on the corpus for --steps steps twice, each in a fresh process with
 an empty compilation cache: config.compile_ahead off, then on with --threads background
-threads (default: t2t_jax.training.ahead.default_threads() of this machine). It prints the seconds
+threads (default: t2t_jax.platform.ahead.default_threads() of this machine). It prints the seconds
 stepping waited for compilations, as the training log's last lines give them, and the
 training wall time of each.
 """
@@ -141,7 +141,7 @@ def waits_child(config_name: str, corpus: str, steps: int, threads: int, workdir
   from absl import logging  # in the child only
 
   from t2t_jax import trainer
-  from t2t_jax.training import ahead
+  from t2t_jax.platform import ahead
   logging.set_verbosity(logging.INFO)  # the log's last lines give the waits
   config = make_config(argparse.Namespace(config=config_name, corpus=corpus, band=2,
                                           growth=1.1))
@@ -154,7 +154,7 @@ def waits_child(config_name: str, corpus: str, steps: int, threads: int, workdir
 
 def waits(args: argparse.Namespace) -> None:
   """Stepping's compile waits with compile-ahead off and on, in fresh processes."""
-  from t2t_jax.training import ahead
+  from t2t_jax.platform import ahead
   threads = args.threads if args.threads >= 0 else ahead.default_threads()
   with tempfile.TemporaryDirectory() as tmp:
     # One vocabulary and id cache for both runs, made here, untimed.

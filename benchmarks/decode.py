@@ -37,7 +37,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from t2t_jax.decoding import decode, translator
+from t2t_jax.decoding import batch_plan, decode
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import xla
 from t2t_jax.platform.mesh import make_mesh, replicated, shard_batch
@@ -45,13 +45,13 @@ from t2t_jax.platform.mesh import make_mesh, replicated, shard_batch
 
 def sharded_search(model_config: ModelConfig, args: argparse.Namespace, mesh: Mesh, *,
                    use_cache: bool):
-  """decode.beam_search as translator.make_sharded_decoder runs it: each device searches its
+  """decode.beam_search as batch_plan.make_sharded_decoder runs it: each device searches its
   own rows; early stopping off (see above)."""
   def search(params, src, alpha):
     return decode.beam_search(params, src, alpha=alpha, config=model_config,
                               beam_size=args.beam, extra_length=args.extra_length,
                               early_stop=False, use_cache=use_cache)
-  return translator.shard_rows(search, mesh)
+  return batch_plan.shard_rows(search, mesh)
 
 
 def time_decode(params, src: np.ndarray, args: argparse.Namespace, model_config, *,

@@ -44,11 +44,10 @@ common.start(__name__, xla_flags=False)
 import jax
 import numpy as np
 
-from t2t_jax.decoding import batch_plan, translator
+from t2t_jax.decoding import batch_plan
 from t2t_jax.model.transformer import ModelConfig, Transformer
-from t2t_jax.platform import xla
+from t2t_jax.platform import ahead, xla
 from t2t_jax.platform.mesh import make_mesh, replicated
-from t2t_jax.training import ahead
 
 
 def request_lengths(count: int, max_length: int, seed: int = 0) -> list[int]:
@@ -64,7 +63,7 @@ def sentence(length: int, vocab_size: int, seed: int) -> list[int]:
 def one_request(decoder, params, ids: list[int], config, mesh) -> float:
   """Seconds of translate_ids of one sentence in the interactive batches."""
   t0 = time.perf_counter()
-  translator.translate_ids(decoder, params, [ids], config, mesh, max_rows=16,
+  batch_plan.translate_ids(decoder, params, [ids], config, mesh, max_rows=16,
                            max_length=config.max_decode_input_length, show_progress=False)
   return time.perf_counter() - t0
 
@@ -74,7 +73,7 @@ def compile_ahead(model_config, config, mesh, params, shapes) -> tuple[float, ob
   Translator.compile_ahead does."""
   t0 = time.perf_counter()
   pool = ahead.make_pool(max(ahead.default_threads(), 1))
-  search = ahead.searches(translator.make_sharded_decoder(model_config, config, mesh), params,
+  search = ahead.searches(batch_plan.make_sharded_decoder(model_config, config, mesh), params,
                           shapes, mesh, pool=pool, name='beam search')
   pool.shutdown(wait=True)
   return time.perf_counter() - t0, search
@@ -90,7 +89,7 @@ def bench(name: str, args: argparse.Namespace) -> dict:
       jax.random.PRNGKey(0))
   params = jax.device_put(params, replicated(mesh))
   vocab = model_config.vocab_size
-  jitted = translator.make_sharded_decoder(model_config, config, mesh)
+  jitted = batch_plan.make_sharded_decoder(model_config, config, mesh)
   cold = one_request(jitted, params, sentence(args.max_length // 2, vocab, 99), config, mesh)
   shapes = batch_plan.interactive_shapes(config, mesh.size, max_rows=16,
                                          max_length=args.max_length)

@@ -141,7 +141,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Compiled steps kept on disk for later runs, restarts, eval and translate ('' = off).
   config.compilation_cache_dir = '~/.cache/t2t_jax/xla'
   # Compile the train and dev-loss steps for every batch shape the epoch will meet in
-  # background threads at start (t2t_jax/training/ahead.py), so that stepping seldom waits for one,
+  # background threads at start (t2t_jax/platform/ahead.py), so that stepping seldom waits for one,
   # and the search for every decoding batch shape of an eval or a translated file;
   # on machines of at least 4 cores (below, the step needs them all).
   config.compile_ahead = True

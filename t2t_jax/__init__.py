@@ -1,6 +1,6 @@
 """t2t_jax: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017) in JAX/Flax.
 
-The public API is the Translator (translator.py):
+The public API is the Translator (apps/translator.py):
 
     from t2t_jax import Translator
     translations = Translator.from_workdir('runs/demo').translate(['A sentence.'])
@@ -18,6 +18,6 @@ __all__ = ['Hypothesis', 'Translator']
 def __getattr__(name: str) -> Any:
   if name in __all__:
     # On first use: `import t2t_jax.platform.errors` must not load JAX, Flax and orbax with it.
-    from t2t_jax.decoding import translator
+    from t2t_jax.apps import translator
     return getattr(translator, name)
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -24,11 +24,13 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from t2t_jax import study, trainer, translate_command
-from t2t_jax.config import command_line, key_help, loading, recorded_run, rules
-from t2t_jax.decoding import attention_maps, evaluate, export
+from t2t_jax.apps import attention_maps, evaluate, export
+from t2t_jax.config import command_line, key_help, loading, rules
 from t2t_jax.model.transformer import ModelConfig, init_param_count
 from t2t_jax.platform import distributed, errors, quiet, xla
 from t2t_jax.platform import workdir as workdir_lib
+from t2t_jax.run import averaging
+from t2t_jax.run import recorded as recorded_lib
 from t2t_jax.training import checkpoints
 
 MODES = rules.MODES
@@ -133,7 +135,7 @@ def _dispatch() -> None:
     return
   xla.enable_compilation_cache(config.compilation_cache_dir)
   if FLAGS.mode == 'average':
-    step, steps = checkpoints.average_checkpoints(FLAGS.workdir, config.average_last,
+    step, steps = averaging.average_checkpoints(FLAGS.workdir, config.average_last,
                                                   allow_fewer=config.average_allow_fewer,
                                                   step=config.restore_step,
                                                   best=config.average_select == 'best')
@@ -185,10 +187,10 @@ def _key_help() -> str:
   if FLAGS.config is not None:
     files.append(config_flags.get_config_filename(FLAGS['config']).partition(':')[0])
     return key_help.describe(FLAGS.config, tuple(files))
-  recorded = workdir_lib.load_config(FLAGS.workdir) if FLAGS.workdir else None
+  recorded = recorded_lib.load_config(FLAGS.workdir) if FLAGS.workdir else None
   if recorded is not None:
     where = os.path.join(FLAGS.workdir, workdir_lib.CONFIG)
-    return key_help.describe(recorded_run.from_recorded(recorded, _recorded_overrides, where),
+    return key_help.describe(recorded_lib.from_recorded(recorded, _recorded_overrides, where),
                              tuple(files))
   base = loading.load_module(key_help.BASE, 't2t_jax_config_base').get_config()
   return key_help.describe(base, tuple(files))
@@ -212,11 +214,11 @@ def _config() -> ml_collections.ConfigDict:
     raise errors.UserError(f'--workdir is required for --mode={FLAGS.mode}')
   if FLAGS.workdir is not None:
     workdir_lib.check_local(FLAGS.workdir)
-  recorded = workdir_lib.load_config(FLAGS.workdir) if FLAGS.workdir else None
+  recorded = recorded_lib.load_config(FLAGS.workdir) if FLAGS.workdir else None
   where = os.path.join(FLAGS.workdir or '', workdir_lib.CONFIG)
   if FLAGS.config is not None:
     if recorded is not None and FLAGS.mode in RECORDED_MODES:
-      recorded_run.check_against_recorded(FLAGS.config, recorded, where)
+      recorded_lib.check_against_recorded(FLAGS.config, recorded, where)
     return FLAGS.config
   # --mode=params with only --workdir counts the recorded run's parameters.
   if FLAGS.mode not in RECORDED_MODES and not (FLAGS.mode == 'params' and FLAGS.workdir):
@@ -226,7 +228,7 @@ def _config() -> ml_collections.ConfigDict:
     raise errors.UserError(f'{where}: no recorded run there (training records it); pass '
                            '--config=FILE, or point --workdir at a trained run')
   logging.info('Config: the run recorded in %s', where)
-  return recorded_run.from_recorded(recorded, _recorded_overrides, where)
+  return recorded_lib.from_recorded(recorded, _recorded_overrides, where)
 
 
 def parse_flags(argv: list[str]) -> list[str]:

@@ -42,11 +42,12 @@ import ml_collections
 from absl import logging
 
 from t2t_jax import trainer
+from t2t_jax.apps import evaluate
 from t2t_jax.config import loading, rules
-from t2t_jax.decoding import evaluate
 from t2t_jax.model.transformer import ModelConfig, init_param_count
 from t2t_jax.platform import errors, files
 from t2t_jax.platform import workdir as workdir_lib
+from t2t_jax.run import recorded as recorded_lib
 from t2t_jax.training import checkpoints
 
 ROW_RECORD = 'study.json'  # in DIR/<row>/: written once the row is trained and evaluated
@@ -90,11 +91,11 @@ def row_configs(study: types.ModuleType, rows: Sequence[str] | None,
   if unknown or len(set(rows)) != len(rows):
     what = f'unknown row(s) {", ".join(unknown)}' if unknown else 'a row named twice'
     raise errors.UserError(f'--rows: {what}; choose from {",".join(known)}')
-  base = workdir_lib.config_dict(study.get_config(known[0]))
+  base = recorded_lib.config_dict(study.get_config(known[0]))
   configs = {}
   for row in rows:
     config = study.get_config(row)
-    varied = _varied_keys(base, workdir_lib.config_dict(config))
+    varied = _varied_keys(base, recorded_lib.config_dict(config))
     for key, value in overrides.items():
       if key in varied and key.startswith(ROW_KEYS_PREFIXES):
         raise errors.UserError(f'--config.{key}: row {row} sets it (Table 3 varies it there); '
@@ -162,7 +163,7 @@ def _earlier_row(study: types.ModuleType, row: str, overrides: Mapping[str, Any]
   config = study.get_config(row)
   for key, value in overrides.items():
     _set(config, key, value)
-  differ = _varied_keys(_what(record['config']), _what(workdir_lib.config_dict(config)))
+  differ = _varied_keys(_what(record['config']), _what(recorded_lib.config_dict(config)))
   measured = dict(record['measured'], earlier_invocation=True, differs_in=sorted(differ))
   return {'row': row, 'measured': measured, 'paper': study.paper_row(row)}
 
@@ -170,7 +171,7 @@ def _earlier_row(study: types.ModuleType, row: str, overrides: Mapping[str, Any]
 def run_row(row: str, config: ml_collections.ConfigDict, row_dir: str, study_dir: str,
             ) -> dict[str, Any]:
   """One row: trained (resuming), evaluated on dev without averaging, recorded."""
-  settings = workdir_lib.config_dict(config)
+  settings = recorded_lib.config_dict(config)
   record = _read_json(os.path.join(row_dir, ROW_RECORD))
   if record is not None and _what(record.get('config', {})) == _what(settings):
     logging.info('Row %s: finished before (%s); not trained or evaluated again.', row,
@@ -224,7 +225,7 @@ def _share_vocabulary(config: ml_collections.ConfigDict, row_dir: str, study_dir
   wanted = {key: config.get(key) for key in VOCABULARY_KEYS}
   for donor in sorted(os.listdir(study_dir)):
     donor_dir = os.path.join(study_dir, donor)
-    recorded = workdir_lib.load_config(donor_dir) if os.path.isdir(donor_dir) else None
+    recorded = recorded_lib.load_config(donor_dir) if os.path.isdir(donor_dir) else None
     if (recorded is None or not os.path.exists(os.path.join(donor_dir, 'vocab', 'spm.model'))
         or {key: recorded.get(key) for key in VOCABULARY_KEYS} != wanted):
       continue

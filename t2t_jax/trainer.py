@@ -1,7 +1,7 @@
 """Training (§5.2): the loop that drives every stage of a run.
 
 data (§5.1) -> the compiled train step (train_step.py) -> logs and dev metrics -> checkpoints
-(checkpoints.py) -> dev BLEU with beam search (translator.py), until num_train_steps,
+(checkpoints.py) -> dev BLEU with beam search (batch_plan.py), until num_train_steps,
 config.train_minutes, or SIGTERM/SIGINT (after a clean save). It sits above the stages it
 drives: only main.py imports it.
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -23,13 +22,15 @@ from jax.sharding import Mesh
 
 from t2t_jax.config import rules
 from t2t_jax.data import pipeline
-from t2t_jax.decoding import batch_plan, bleu, translator
+from t2t_jax.decoding import batch_plan, bleu
 from t2t_jax.model.transformer import ModelConfig, Transformer
-from t2t_jax.platform import distributed, errors, files
+from t2t_jax.platform import ahead, distributed, errors
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.platform.mesh import make_mesh, shard_batch
 from t2t_jax.platform.metrics import MetricWriter, Throughput
-from t2t_jax.training import ahead, checkpoints, fine_tune, optim
+from t2t_jax.run import init_from, recorded, vocabulary
+from t2t_jax.run import params as params_lib
+from t2t_jax.training import checkpoints, optim
 from t2t_jax.training.train_step import (
   Metrics,
   TrainState,
@@ -94,7 +95,11 @@ def _log_train(writer: MetricWriter, throughput: Throughput, step: int,
 
 
 class StopSignals:
-  """SIGTERM and SIGINT ask the loop to save a checkpoint and exit; a second SIGINT exits now."""
+  """SIGTERM and SIGINT ask the loop to save a checkpoint and exit; a second SIGINT exits now.
+
+  Beside orbax's preemption policy (Checkpointer.reached_preemption), not instead: that
+  reads JAX's preemption sync point, which only a jax.distributed run has, and a one-process
+  run, most of ours, would die at SIGTERM without its last steps."""
 
   def __enter__(self) -> StopSignals:
     self.requested = None
@@ -135,13 +140,13 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
   if config.restart:
     workdir_lib.move_aside(workdir, list(workdir_lib.RUN_OUTPUTS), 'config.restart=True')
   mesh = make_mesh()
-  _check_vocabulary_kept(config, workdir)
+  vocabulary.check_kept(config, workdir)
   starting = not checkpoints.checkpoint_steps(workdir)
   if config.init_from and starting:  # fine-tuning: the source run's vocabulary, checked
-    fine_tune.check_source(config, config.init_from)
+    init_from.check_source(config, config.init_from)
     distributed.first_then_others(
         't2t_jax_init_from_vocabulary',
-        lambda: fine_tune.adopt_vocabulary(config, config.init_from, workdir))
+        lambda: init_from.adopt_vocabulary(config, config.init_from, workdir))
   datasets = _load_data(config, workdir, mesh)
   tx = optim.make_optimizer(config)
   state = create_train_state(Transformer(model_config), tx, config.seed, mesh)
@@ -169,7 +174,10 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
       while step < last and signum is None:
         state, metrics = train_fn(state, shard_batch(next(datasets.train), mesh))
         step += 1
-        signum, out_of_time, save_due = _agree_on_step(stop, clock, checkpointer, step)
+        signum, out_of_time, clock_due = _agree_on_step(stop, clock, checkpointer, step)
+        if signum is None and checkpointer.reached_preemption(step):
+          signum = signal.SIGTERM  # every process reached JAX's sync point at this step
+        save_due = clock_due or checkpointer.should_save(step)
         if out_of_time:  # the time budget is spent: log, evaluate and save
           last = step  # this step as the last one
           logging.info('config.train_minutes=%g reached at step %d.', config.train_minutes, step)
@@ -189,7 +197,8 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
         if save_due or step == last or signum is not None:
           _check_finite(pending, step, checkpointer)
           checkpointer.save(state, {**datasets.train.get_state(), TRAIN_SECONDS: clock.seconds(),
-                                    VOCABULARY: _vocabulary_fingerprint(datasets)})
+                                    vocabulary.VOCABULARY: vocabulary.fingerprint(
+                                        datasets.tokenizer)})
   writer.close()
   compiled = [f for f in (train_fn, eval_fn, search) if f is not None]
   logging.info('Stepping waited %.1f s for compilations (%d times).',
@@ -216,9 +225,9 @@ def _compile_ahead(config: ml_collections.ConfigDict, model_config: ModelConfig,
                         packed=datasets.dev is not None and datasets.dev.packed)
   if datasets.dev is None or config.eval_bleu_every_steps <= 0:
     return train_fn, eval_fn, None, pool
-  _, inputs = translator.encode_inputs(datasets.dev.sources, datasets.tokenizer,
-                                       translator.max_input_length(model_config, config))
-  search = ahead.searches(translator.make_sharded_decoder(model_config, config, mesh,
+  _, inputs = batch_plan.encode_inputs(datasets.dev.sources, datasets.tokenizer,
+                                       batch_plan.max_input_length(model_config, config))
+  search = ahead.searches(batch_plan.make_sharded_decoder(model_config, config, mesh,
                                                          vocabulary=datasets.tokenizer),
                           state.params, batch_plan.batch_shapes(inputs, config, mesh.size),
                           mesh, pool=pool, name='dev BLEU beam search')
@@ -234,8 +243,8 @@ def _load_data(config: ml_collections.ConfigDict, workdir: str, mesh: Mesh) -> p
                                once=distributed.first_then_others,
                                grad_accum_steps=config.grad_accum_steps)
   distributed.check_same({
-      'config': json.dumps(workdir_lib.config_dict(config), sort_keys=True),
-      'vocabulary': getattr(datasets.tokenizer, 'fingerprint', ''),
+      'config': json.dumps(recorded.config_dict(config), sort_keys=True),
+      'vocabulary': vocabulary.fingerprint(datasets.tokenizer),
       'data': str(datasets.train.get_state().get('fingerprint', ''))})
   return datasets
 
@@ -243,36 +252,18 @@ def _load_data(config: ml_collections.ConfigDict, workdir: str, mesh: Mesh) -> p
 def _agree_on_step(stop: StopSignals, clock: TrainingClock,
                    checkpointer: checkpoints.Checkpointer, step: int,
                    ) -> tuple[int | None, bool, bool]:
-  """(signal to stop on, time budget spent, periodic save due) after `step`, the same on
-  every host: a signal or clock that reaches one host at step s stops all of them at s,
-  so no host saves while another waits in the next step's psum. One small collective a
-  step in a multi-process run; nothing in a single process."""
-  local = np.array([stop.requested or 0, clock.spent(),
-                    checkpointer.is_due(step)], np.int64)
-  signum, out_of_time, save_due = (int(x) for x in distributed.agree(local))
-  return signum or None, bool(out_of_time), bool(save_due)
+  """(signal to stop on, time budget spent, a save due by the clock) after `step`, the same
+  on every host: a signal or clock that reaches one host at step s stops (or saves) all of
+  them at s, so no host saves while another waits in the next step's psum. One small
+  collective a step in a multi-process run; nothing in a single process."""
+  local = np.array([stop.requested or 0, clock.spent(), checkpointer.clock_due()], np.int64)
+  signum, out_of_time, clock_due = (int(x) for x in distributed.agree(local))
+  return signum or None, bool(out_of_time), bool(clock_due)
 
 
-# The data/ item of a checkpoint also records the seconds trained up to it, and the
-# fingerprint of the vocabulary its ids mean.
+# The data/ item of a checkpoint also records the seconds trained up to it (and the
+# vocabulary's fingerprint, vocabulary.VOCABULARY).
 TRAIN_SECONDS = 'train_seconds'
-VOCABULARY = 'vocabulary'
-
-
-def _vocabulary_fingerprint(datasets: pipeline.Datasets) -> str:
-  return getattr(datasets.tokenizer, 'fingerprint', '')
-
-
-def _check_vocabulary_kept(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """A trained run's vocabulary is part of the run: with checkpoints present, a missing
-  vocab/spm.model is an error, never a new vocabulary trained silently under them."""
-  path = os.path.join(workdir, 'vocab', 'spm.model')
-  if (config.dataset != 'synthetic' and checkpoints.checkpoint_steps(workdir)
-      and not files.exists(path, 'the vocabulary')):
-    raise errors.UserError(
-        f'{path}: missing, but {workdir} holds checkpoints trained with it; restore the '
-        'vocab/ folder, or set --config.restart=True to train anew (the checkpoints are '
-        'moved aside)')
 
 
 class TrainingClock:
@@ -313,19 +304,19 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
   # different states, or wait forever in orbax's barriers: stop them here, clearly.
   distributed.check_same({'checkpoints': f'{checkpointer.steps()} {checkpointer.set_aside()}'})
   resuming = bool(checkpointer.steps() or checkpointer.set_aside())
-  differences = workdir_lib.compare_config(workdir, config) if resuming else {}
+  differences = recorded.compare_config(workdir, config) if resuming else {}
   try:
     restored = checkpointer.restore(state, step=config.restore_step)
   except checkpoints.CheckpointMismatch as e:
     raise errors.UserError(
-        f'{checkpoints.mismatch_message(e, model_config, differences)} Train with the config '
+        f'{params_lib.mismatch_message(e, model_config, differences)} Train with the config '
         'the run was started with, use another --workdir, or set --config.restart=True to '
         'train this one from step 0 (its checkpoints are moved aside).') from None
-  if restored is None or workdir_lib.load_config(workdir) is None:
-    workdir_lib.save_config(workdir, config)
+  if restored is None or recorded.load_config(workdir) is None:
+    recorded.save_config(workdir, config)
   if restored is None:
     if config.init_from:
-      state = fine_tune.initial_params(state, config.init_from)
+      state = init_from.initial_params(state, config.init_from)
     return state, 0.0
   state, data_state = restored
   if config.init_from:  # not silently: the user may expect a fine-tuning start here
@@ -334,12 +325,8 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
                     config.init_from, workdir)
   # A checkpoint of an older t2t_jax has no time recorded: its time budget starts afresh.
   trained_s = float(data_state.pop(TRAIN_SECONDS, 0.0))
-  recorded = data_state.pop(VOCABULARY, None)  # None: saved before it was recorded
-  if recorded is not None and recorded != _vocabulary_fingerprint(datasets):
-    raise errors.UserError(
-        f'{os.path.join(workdir, "vocab", "spm.model")}: not the vocabulary the checkpoints '
-        f'were trained with (fingerprint {_vocabulary_fingerprint(datasets)}, recorded '
-        f'{recorded}); restore that vocab/ folder, or set --config.restart=True')
+  vocabulary.check_recorded(data_state, datasets.tokenizer, workdir)
+  data_state.pop(vocabulary.VOCABULARY, None)
   datasets.train.set_state(data_state)
   step = int(state.step)
   newer = [s for s in checkpointer.steps() if s > step]
@@ -367,9 +354,9 @@ def _dev_bleu(config: ml_collections.ConfigDict, model_config: ModelConfig, sear
               params: Any, datasets: Any, mesh: Mesh, writer: MetricWriter, step: int,
               ) -> dict[str, float]:
   """Beam-search the dev set with the current parameters; sacreBLEU as `dev_bleu`."""
-  hypotheses = translator.translate(search, params, datasets.dev.sources, datasets.tokenizer,
+  hypotheses = batch_plan.translate(search, params, datasets.dev.sources, datasets.tokenizer,
                                     config, mesh,
-                                    max_input_length=translator.max_input_length(model_config,
+                                    max_input_length=batch_plan.max_input_length(model_config,
                                                                                  config))
   scores = bleu.bleu_scores(hypotheses, datasets.dev.references, target_lang=config.target_lang)
   metrics = {'bleu': scores['sacrebleu'], 'tok_bleu': scores['tok_bleu']}

@@ -2,7 +2,7 @@
 stdin as a stream whose lines are answered as they arrive (Marian's and fairseq-interactive's
 use), and the output formats (one line a translation, Moses-style n-best, scores).
 
-The decoding itself is the Translator's (decoding/translator.py); this is its command line.
+The decoding itself is the Translator's (apps/translator.py); this is its command line.
 """
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ import jax
 import ml_collections
 from absl import logging
 
+from t2t_jax.apps.arguments import n_best_bound, n_best_limit
+from t2t_jax.apps.translator import Hypothesis, Translator
 from t2t_jax.data import sources
 from t2t_jax.decoding import scoring
 from t2t_jax.decoding.batch_plan import INTERACTIVE_ROWS
-from t2t_jax.decoding.translator import Hypothesis, Translator, n_best_bound, n_best_limit
-from t2t_jax.platform import errors, files
-from t2t_jax.training import ahead
+from t2t_jax.platform import ahead, errors, files
 
 # --n_best=K output: K lines per input line, `INDEX ||| TRANSLATION ||| SCORE`, INDEX the
 # input line's number counted from 0, best first: Moses' and Marian's n-best fields without

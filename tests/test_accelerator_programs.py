@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import pytest
 
 from experiments import wmt_ende_base
-from t2t_jax.decoding import translator
+from t2t_jax.decoding import batch_plan
 from t2t_jax.model import kernels
 from t2t_jax.model.transformer import ModelConfig, Transformer, train_step_flops
 from t2t_jax.platform import mesh as mesh_lib
@@ -148,7 +148,7 @@ def test_the_beam_search_for_accelerators(platform):
   c, config = base_config(platform)
   config.decode_extra_length = 10
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
-  decoder = translator.make_sharded_decoder(c.replace(deterministic=True), config, mesh)
+  decoder = batch_plan.make_sharded_decoder(c.replace(deterministic=True), config, mesh)
   params = abstract_state(c, optim.make_optimizer(config)).params
   src = jax.ShapeDtypeStruct((4, 12), jnp.int32)
   text = jax.export.export(decoder, platforms=[platform])(

@@ -1,4 +1,4 @@
-"""Compiling ahead (t2t_jax/training/ahead.py): the shapes the plan promises are the shapes the
+"""Compiling ahead (t2t_jax/platform/ahead.py): the shapes the plan promises are the shapes the
 batches have, and a run compiles its steps in background threads, not on the step path,
 with the same results as compiling each shape when met."""
 import json
@@ -14,11 +14,11 @@ import pytest
 from helpers import CompileLog, make_config, tiny_config, tiny_step_config
 from t2t_jax import trainer
 from t2t_jax.data import pipeline, synthetic
-from t2t_jax.decoding import batch_plan, translator
+from t2t_jax.decoding import batch_plan
 from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.platform import ahead, progress
 from t2t_jax.platform import mesh as mesh_lib
-from t2t_jax.platform import progress
-from t2t_jax.training import ahead, optim, train_step
+from t2t_jax.training import optim, train_step
 
 
 def files_config(tmp_path, **overrides):
@@ -158,7 +158,7 @@ def test_precompiled_searches_compile_nothing_and_decode_the_same():
   inputs = [[5, 6, 7, 2], [5, 6, 2], [4] * 7 + [2], [9] * 11 + [2]]
   shapes = batch_plan.batch_shapes(inputs, config, mesh.size)
   assert len(shapes) > 1
-  jitted = translator.make_sharded_decoder(model_config, config, mesh)
+  jitted = batch_plan.make_sharded_decoder(model_config, config, mesh)
   pool = ahead.make_pool(2)
   search = ahead.searches(jitted, params, shapes, mesh, pool=pool, name='beam search')
   pool.shutdown(wait=True)
@@ -166,13 +166,13 @@ def test_precompiled_searches_compile_nothing_and_decode_the_same():
   logging.getLogger('jax').addHandler(handler)
   jax.config.update('jax_log_compiles', True)
   try:
-    ours = translator.translate_ids(search, params, inputs, config, mesh, show_progress=False)
+    ours = batch_plan.translate_ids(search, params, inputs, config, mesh, show_progress=False)
     assert [n for _, n in handler.records if 'search' in n] == []
   finally:
     jax.config.update('jax_log_compiles', False)
     logging.getLogger('jax').removeHandler(handler)
   assert search.waits == 0
-  reference = translator.translate_ids(jitted, params, inputs, config, mesh, show_progress=False)
+  reference = batch_plan.translate_ids(jitted, params, inputs, config, mesh, show_progress=False)
   for got, want in zip(ours, reference, strict=True):
     for a, b in zip(got, want, strict=True):
       np.testing.assert_array_equal(a, b)
@@ -212,7 +212,7 @@ def test_dev_bleus_search_is_built_once_and_compiled_ahead(tmp_path, monkeypatch
                 compile_ahead=True, compilation_cache_dir='')
   run, metrics = train_logging_compiles(config, tmp_path / 'run')
   datasets = pipeline.get_datasets(config, str(tmp_path / 'run'), num_devices=1)
-  _, inputs = translator.encode_inputs(datasets.dev.sources, datasets.tokenizer, 10**6)
+  _, inputs = batch_plan.encode_inputs(datasets.dev.sources, datasets.tokenizer, 10**6)
   shapes = set(batch_plan.batch_shapes(inputs, config, 1))
   assert len([n for _, n in run if 'search' in n]) == len(shapes) > 1
   assert [m['step'] for m in metrics if 'dev_bleu' in m] == [2, 4]

@@ -185,17 +185,21 @@ def test_every_module_sits_in_its_layer_and_imports_only_below():
 
 @pytest.mark.e2e
 def test_the_contracts_catch_an_upward_import_and_an_unplaced_module(tmp_path):
-  """The package copied, with errors.py (the lowest module) importing the loss, and a new
-  module nobody placed: import-linter names both."""
+  """The package copied, with errors.py (the lowest module) importing the loss, the search
+  importing training (its sibling: a trained run, run/, joins them), and a new module nobody
+  placed: import-linter names all three."""
   shutil.copytree(ROOT / PACKAGE, tmp_path / PACKAGE,
                   ignore=shutil.ignore_patterns('__pycache__'))
   shutil.copy(ROOT / 'pyproject.toml', tmp_path)
   errors = tmp_path / PACKAGE / 'platform' / 'errors.py'
   errors.write_text(errors.read_text() + '\nfrom t2t_jax.training import losses\n')
+  decode = tmp_path / PACKAGE / 'decoding' / 'decode.py'
+  decode.write_text(decode.read_text() + '\nfrom t2t_jax.training import checkpoints\n')
   (tmp_path / PACKAGE / 'training' / 'unplaced.py').write_text('')
   result = lint_imports(tmp_path)
   assert result.returncode == 1
   assert 't2t_jax.platform.errors -> t2t_jax.training.losses' in result.stdout
+  assert 't2t_jax.decoding.decode -> t2t_jax.training.checkpoints' in result.stdout
   assert 't2t_jax.training.unplaced' in result.stdout
   assert re.search(r'Contracts: \d+ kept, [1-9]\d* broken', result.stdout)
 
@@ -238,7 +242,7 @@ def test_a_submodule_import_loads_no_jax_and_the_public_names_load_on_use():
   """What a new interpreter imports: this test process has imported everything."""
   code = ('import sys, t2t_jax.platform.errors, t2t_jax.platform.progress; '
           'assert "jax" not in sys.modules; from t2t_jax import Translator, Hypothesis; '
-          'from t2t_jax.decoding import translator; '
+          'from t2t_jax.apps import translator; '
           'assert (Translator, Hypothesis) == (translator.Translator, translator.Hypothesis); '
           'import t2t_jax; assert sorted(t2t_jax.__all__) == ["Hypothesis", "Translator"]; '
           'from t2t_jax import Nothing')

@@ -16,6 +16,8 @@ from helpers import COMMAND, ROOT, cpu_env
 from t2t_jax import trainer
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import mesh as mesh_lib
+from t2t_jax.run import averaging, vocabulary
+from t2t_jax.run import params as params_lib
 from t2t_jax.training import checkpoints, optim, train_step
 
 STEPS = 12
@@ -44,7 +46,7 @@ def latest_state_arrays(workdir):
   state, data_state = checkpointer.restore(_template(tiny_config()))
   checkpointer.close()
   data_state.pop(trainer.TRAIN_SECONDS, None)
-  assert data_state.pop(trainer.VOCABULARY) == f'ids-{tiny_config().vocab_size}'
+  assert data_state.pop(vocabulary.VOCABULARY) == f'ids-{tiny_config().vocab_size}'
   return jax.device_get((state.params, state.opt_state, state.step)), data_state
 
 
@@ -341,11 +343,11 @@ def test_unreadable_checkpoints_are_named_and_skipped_by_average_and_decoding(
   workdir = str(tmp_path)
   trainer.train_and_evaluate(tiny_config(), workdir)
   tear(workdir, 12)
-  assert checkpoints.average_checkpoints(workdir, 2) == (8, [4, 8])
+  assert averaging.average_checkpoints(workdir, 2) == (8, [4, 8])
   assert 'checkpoints/12 is unreadable' in caplog.text
-  assert checkpoints.load_params(workdir, which='checkpoint').source == 'checkpoints/8'
+  assert params_lib.load_params(workdir, which='checkpoint').source == 'checkpoints/8'
   with pytest.raises(ValueError, match='restore_step=12: .*checkpoints/12 is unreadable'):
-    checkpoints.load_params(workdir, which='checkpoint', step=12)
+    params_lib.load_params(workdir, which='checkpoint', step=12)
 
 
 def test_averaging_is_the_arithmetic_mean(tmp_path):
@@ -353,11 +355,11 @@ def test_averaging_is_the_arithmetic_mean(tmp_path):
   trainer.train_and_evaluate(tiny_config(), workdir)
   steps = checkpoints.checkpoint_steps(workdir)
   assert steps == [4, 8, 12]
-  trees = [checkpoints._restore_params(os.path.join(workdir, 'checkpoints'), s)
+  trees = [params_lib.restore_params(os.path.join(workdir, 'checkpoints'), s)
            for s in steps]
-  step, averaged_steps = checkpoints.average_checkpoints(workdir, 3)
+  step, averaged_steps = averaging.average_checkpoints(workdir, 3)
   assert (step, averaged_steps) == (12, [4, 8, 12])
-  loaded = checkpoints.load_params(workdir)
+  loaded = params_lib.load_params(workdir)
   averaged = loaded.params
   assert loaded.source == 'averaged/12' and (loaded.kind, loaded.step) == ('averaged', 12)
   expected = jax.tree_util.tree_map(lambda *xs: np.mean(np.stack(xs).astype(np.float64), 0),
@@ -365,8 +367,8 @@ def test_averaging_is_the_arithmetic_mean(tmp_path):
   jax.tree_util.tree_map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7),
                          averaged, expected)
   # Averaging one checkpoint is the identity.
-  checkpoints.average_checkpoints(workdir, 1)
-  assert_trees_equal(checkpoints.load_params(workdir).params, trees[-1])
+  averaging.average_checkpoints(workdir, 1)
+  assert_trees_equal(params_lib.load_params(workdir).params, trees[-1])
 
 
 def test_a_torn_saves_temporary_folder_is_removed_at_the_start(tmp_path):
@@ -390,41 +392,41 @@ def test_the_best_checkpoints_by_dev_loss(tmp_path):
   kept; ties go to the later step."""
   workdir = str(tmp_path)
   trainer.train_and_evaluate(tiny_config(), workdir)
-  trees = {s: checkpoints._restore_params(os.path.join(workdir, 'checkpoints'), s)
+  trees = {s: params_lib.restore_params(os.path.join(workdir, 'checkpoints'), s)
            for s in (4, 8, 12)}
   records = [{'step': 4, 'dev_loss': 1.0}, {'step': 8, 'dev_loss': 0.5},
              {'step': 12, 'dev_loss': 2.0}, {'step': 12, 'loss': 0.1},
              {'step': 16, 'dev_loss': 0.1}]  # a step with no checkpoint (moved aside)
   (tmp_path / 'metrics.jsonl').write_text(
       ''.join(json.dumps(r) + '\n' for r in records) + '{"step": 4, "dev_lo')
-  assert checkpoints.best_steps(workdir, 1, key='k') == [8]
-  assert checkpoints.best_steps(workdir, 2, key='k') == [4, 8]
-  best = checkpoints.load_params(workdir, which='best')
+  assert params_lib.best_steps(workdir, 1, key='k') == [8]
+  assert params_lib.best_steps(workdir, 2, key='k') == [4, 8]
+  best = params_lib.load_params(workdir, which='best')
   assert (best.source, best.kind) == ('checkpoints/8', 'checkpoint')
   assert_trees_equal(best.params, trees[8])
-  assert checkpoints.average_checkpoints(workdir, 2, best=True) == (8, [4, 8])
+  assert averaging.average_checkpoints(workdir, 2, best=True) == (8, [4, 8])
   expected = jax.tree_util.tree_map(lambda a, b: (np.asarray(a, np.float32) + b) / 2,
                                     trees[4], trees[8])
   jax.tree_util.tree_map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7),
-                         checkpoints.load_params(workdir, which='averaged').params, expected)
+                         params_lib.load_params(workdir, which='averaged').params, expected)
   with open(tmp_path / 'metrics.jsonl', 'a') as f:
     f.write('\n' + json.dumps({'step': 12, 'dev_loss': 0.5}) + '\n')  # a tie, recorded last
-  assert checkpoints.best_steps(workdir, 1, key='k') == [12]
+  assert params_lib.best_steps(workdir, 1, key='k') == [12]
   with pytest.raises(ValueError, match=r"restore_step=8: config.decode_params='best' chooses"):
-    checkpoints.load_params(workdir, which='best', step=8)
+    params_lib.load_params(workdir, which='best', step=8)
   (tmp_path / 'metrics.jsonl').write_text(json.dumps({'step': 4, 'loss': 1.0}) + '\n')
   with pytest.raises(ValueError, match=r"^config.average_select='best': no checkpoint in .* "
                                        r'has a dev loss in metrics.jsonl'):
-    checkpoints.average_checkpoints(workdir, 2, best=True)
+    averaging.average_checkpoints(workdir, 2, best=True)
 
 
 def test_averaging_fewer_checkpoints_than_asked(tmp_path):
   workdir = str(tmp_path)
   trainer.train_and_evaluate(tiny_config(num_train_steps=8), workdir)
   with pytest.raises(ValueError, match='average_last=5.*only 2'):
-    checkpoints.average_checkpoints(workdir, 5)
+    averaging.average_checkpoints(workdir, 5)
   assert checkpoints.checkpoint_steps(workdir, checkpoints.AVERAGED) == []
-  assert checkpoints.average_checkpoints(workdir, 5, allow_fewer=True) == (8, [4, 8])
+  assert averaging.average_checkpoints(workdir, 5, allow_fewer=True) == (8, [4, 8])
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):

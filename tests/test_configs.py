@@ -19,10 +19,11 @@ from experiments import (
   wmt_sample,
 )
 from helpers import ROOT
-from t2t_jax.config import loading, recorded_run, rules
+from t2t_jax.config import loading, rules
 from t2t_jax.model import transformer
 from t2t_jax.model.transformer import ModelConfig
 from t2t_jax.platform import errors
+from t2t_jax.run import recorded as recorded_lib
 
 # What experiments/wmt_sample.py's docstring asks for: the files come from the command line.
 SAMPLE_FILES = {'train_files': 'sample/train', 'dev_files': 'sample/newstest2013',
@@ -536,10 +537,10 @@ def test_a_run_recorded_before_model_kernels_existed_reads_as_auto():
   (hardware forms compute the same model)."""
   recorded = recorded_demo()
   del recorded['model']['kernels']
-  config = recorded_run.from_recorded(recorded, [], 'DIR/config.json')
+  config = recorded_lib.from_recorded(recorded, [], 'DIR/config.json')
   assert config.model.kernels == 'auto'
   rules.validate(config, 'eval')
-  config = recorded_run.from_recorded(recorded, ['config.model.kernels=xla'], 'DIR/config.json')
+  config = recorded_lib.from_recorded(recorded, ['config.model.kernels=xla'], 'DIR/config.json')
   assert ModelConfig.from_config(config).kernels == 'xla'
   assert ModelConfig.from_config(config, platform='cpu').forms.name == 'xla'
   config.model.kernels = 'auto'
@@ -551,9 +552,9 @@ def test_a_run_recorded_before_model_kernels_existed_reads_as_auto():
 def test_a_run_recorded_before_packing_reads_as_bucketed():
   """config.json of a run older than config.batching: it was batched in §5.1's buckets."""
   recorded = recorded_demo()
-  for key in recorded_run.ADDED_BATCHING:
+  for key in recorded_lib.ADDED_BATCHING:
     del recorded[key]
-  config = recorded_run.from_recorded(recorded, [], 'DIR/config.json')
+  config = recorded_lib.from_recorded(recorded, [], 'DIR/config.json')
   assert (config.batching, rules.batching_of(config, 'cuda')) == ('buckets', 'buckets')
   rules.validate(config, 'eval')
 
@@ -562,13 +563,13 @@ def test_a_run_recorded_before_sampling_and_ensembles_decodes_as_before():
   """config.json of an older run has no decode_method, sample_* or ensemble: they read as
   beam search of the run alone, and may be set as any decoding key."""
   recorded = recorded_demo()
-  for key in recorded_run.ADDED_KEYS:
+  for key in recorded_lib.ADDED_KEYS:
     del recorded[key]
-  config = recorded_run.from_recorded(recorded, [], 'DIR/config.json')
-  assert {key: config[key] for key in recorded_run.ADDED_KEYS} == {
-      key: demo.get_config()[key] for key in recorded_run.ADDED_KEYS}
+  config = recorded_lib.from_recorded(recorded, [], 'DIR/config.json')
+  assert {key: config[key] for key in recorded_lib.ADDED_KEYS} == {
+      key: demo.get_config()[key] for key in recorded_lib.ADDED_KEYS}
   rules.validate(config, 'translate')
-  config = recorded_run.from_recorded(recorded, [
+  config = recorded_lib.from_recorded(recorded, [
       'config.decode_method=sample', 'config.sample_temperature=0.7', 'config.sample_seed=9',
       'config.ensemble=runs/a:3,runs/b'], 'DIR/config.json')
   assert (config.decode_method, config.sample_temperature, config.sample_seed,
@@ -577,7 +578,7 @@ def test_a_run_recorded_before_sampling_and_ensembles_decodes_as_before():
 
 def test_a_recorded_config_comes_back_with_its_types_and_overrides():
   recorded = recorded_demo()
-  config = recorded_run.from_recorded(
+  config = recorded_lib.from_recorded(
       recorded, ['config.beam_size=8', 'config.beam_alpha=1', 'config.average_allow_fewer=true',
                  'config.eval_split=dev', 'config.model.dtype=float32'], 'DIR/config.json')
   assert (config.beam_size, config.beam_alpha, config.eval_split) == (8, 1.0, 'dev')
@@ -602,16 +603,16 @@ def test_a_recorded_config_comes_back_with_its_types_and_overrides():
 ])
 def test_a_recorded_config_refuses_contradictions_and_unknown_keys(override, message):
   with pytest.raises(errors.UserError, match=re.escape(message)):
-    recorded_run.from_recorded(recorded_demo(), [override], 'DIR/config.json')
+    recorded_lib.from_recorded(recorded_demo(), [override], 'DIR/config.json')
 
 
 def test_check_against_recorded_lets_decoding_keys_change():
   config = demo.get_config()
   config.beam_size, config.decode_extra_length, config.test_files = 12, 3, '/elsewhere/test'
-  recorded_run.check_against_recorded(config, recorded_demo(), 'DIR/config.json')  # no error
+  recorded_lib.check_against_recorded(config, recorded_demo(), 'DIR/config.json')  # no error
   config.model.d_ff = 256
   with pytest.raises(errors.UserError, match=r'config\.model\.d_ff=256 contradicts'):
-    recorded_run.check_against_recorded(config, recorded_demo(), 'DIR/config.json')
+    recorded_lib.check_against_recorded(config, recorded_demo(), 'DIR/config.json')
 
 
 @pytest.mark.e2e

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from helpers import COMMAND, ROOT, cpu_env, trained_rtol
+from t2t_jax.run import params as params_lib
 from t2t_jax.training import checkpoints
 
 pytestmark = pytest.mark.e2e
@@ -81,7 +82,7 @@ def losses(workdir):
 
 
 def params(workdir, step):
-  tree = checkpoints._restore_params(os.path.join(workdir, 'checkpoints'), step)
+  tree = params_lib.restore_params(os.path.join(workdir, 'checkpoints'), step)
   return jax.tree_util.tree_map(np.asarray, tree)
 
 

@@ -11,9 +11,11 @@ import pytest
 
 from helpers import REORDERED_F32, TINY_CLI, CompileLog, run_process, tiny_config
 from t2t_jax import trainer
-from t2t_jax.decoding import bleu, evaluate
+from t2t_jax.apps import evaluate
+from t2t_jax.apps.translator import Translator
+from t2t_jax.decoding import bleu
 from t2t_jax.decoding.batch_plan import decoding_batches
-from t2t_jax.decoding.translator import Translator
+from t2t_jax.run import averaging
 
 
 @pytest.fixture
@@ -91,8 +93,7 @@ def test_translate_and_eval_modes(cli, workdir, tmp_path):
 
 
 def test_translate_prefers_the_averaged_checkpoint(workdir):
-  from t2t_jax.training import checkpoints
-  checkpoints.average_checkpoints(workdir, 2)
+  averaging.average_checkpoints(workdir, 2)
   assert Translator(tiny_config(), workdir).source == 'averaged/6'
 
 
@@ -108,7 +109,7 @@ def test_attention_mode_writes_one_png_per_layer_and_kind(cli, workdir, tmp_path
 
 
 def test_attention_weights_are_distributions(workdir):
-  from t2t_jax.decoding import attention_maps
+  from t2t_jax.apps import attention_maps
   translator = Translator(tiny_config(), workdir)
   weights = attention_maps.attention_weights(translator.params, translator.model_config,
                                              [5, 6, 7, 1], [8, 9, 1])
@@ -164,8 +165,7 @@ def test_a_hypothesis_never_holds_a_line_break(workdir, monkeypatch):
 
 @pytest.mark.slow
 def test_evaluations_of_other_splits_params_or_settings_do_not_overwrite(workdir):
-  from t2t_jax.training import checkpoints
-  checkpoints.average_checkpoints(workdir, 2)
+  averaging.average_checkpoints(workdir, 2)
   runs = [('dev', 'averaged', 0, 4), ('test', 'averaged', 0, 4), ('test', 'checkpoint', 0, 4),
           ('test', 'checkpoint', 3, 4), ('test', 'checkpoint', 0, 1)]
   for split, which, step, beam in runs:
@@ -217,7 +217,7 @@ def test_eval_compiles_its_search_and_loss_ahead_where_cores_allow(workdir, monk
   """With background threads (ahead.default_threads: 4 cores or more), --mode=eval compiles
   the search for every decoding batch shape and the loss's eval step for every batch shape
   on them while it decodes, and scores as it does compiling each when met."""
-  from t2t_jax.training import ahead
+  from t2t_jax.platform import ahead
   config = tiny_config()
   config.decode_params = 'checkpoint'  # an earlier test may have averaged
   # A held-out set of 48 pairs (synthetic.eval_set: one batch's rows): over INTERACTIVE_ROWS,

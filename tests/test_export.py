@@ -14,18 +14,19 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 import safetensors.numpy
 import torch
 import transformers
 
 from experiments import demo
+from t2t_jax.apps import export
 from t2t_jax.data import tokenizer as tokenizer_lib
 from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
-from t2t_jax.decoding import decode, export
+from t2t_jax.decoding import decode
 from t2t_jax.model.transformer import ModelConfig, Transformer, shift_right, sinusoidal_positions
 from t2t_jax.platform import errors, files
-from t2t_jax.training import checkpoints
 
 VOCAB_SIZE = 320  # 256 byte pieces + 3 specials + characters + a few merges
 EXTRA_LENGTH = 6  # config.decode_extra_length
@@ -100,7 +101,11 @@ def exported(tmp_path_factory) -> Exported:
   tokenizer = tokenizer_lib.load_or_train(config, workdir, lambda: made_up_sentences(400, 0))
   model_config = ModelConfig.from_config(config).replace(deterministic=True)
   params = random_params(model_config)
-  checkpoints.save_params(os.path.join(workdir, checkpoints.AVERAGED), 1, params)
+  # averaged/1/params, as --mode=average writes it
+  checkpointer = ocp.StandardCheckpointer()
+  checkpointer.save(os.path.join(os.path.abspath(workdir), 'averaged', '1', 'params'), params)
+  checkpointer.wait_until_finished()
+  checkpointer.close()
   path = os.path.join(workdir, 'marian')
   export.run_export(config, workdir, path)
   hf_model = transformers.MarianMTModel.from_pretrained(path).eval()

@@ -22,10 +22,12 @@ import pytest
 
 from helpers import COMMAND, ROOT, cpu_env, dead_pid, make_config, run_process, tiny_config
 from t2t_jax import trainer, translate_command
-from t2t_jax.decoding import evaluate, export, translator
+from t2t_jax.apps import evaluate, export, translator
 from t2t_jax.platform import distributed, errors, files, quiet
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.platform.metrics import MetricWriter
+from t2t_jax.run import averaging, vocabulary
+from t2t_jax.run import params as params_lib
 from t2t_jax.training import checkpoints
 
 
@@ -55,11 +57,11 @@ def test_translating_into_a_folder_is_refused_before_decoding(run, tmp_path, mon
 
 
 def average(workdir, last):
-  return checkpoints.average_checkpoints(workdir, last, allow_fewer=True)
+  return averaging.average_checkpoints(workdir, last, allow_fewer=True)
 
 
 def read_mean(workdir, step=6):
-  return checkpoints._restore_params(os.path.join(workdir, checkpoints.AVERAGED), step)
+  return params_lib.restore_params(os.path.join(workdir, checkpoints.AVERAGED), step)
 
 
 def assert_same(a, b):
@@ -77,9 +79,9 @@ def test_a_failed_re_average_keeps_the_earlier_mean(run, monkeypatch):
   with pytest.raises(OSError, match='No space left'):
     average(run, 1)
   monkeypatch.undo()
-  assert checkpoints.averaged_steps(run, 6) == [3, 6]
+  assert params_lib.averaged_steps(run, 6) == [3, 6]
   assert_same(read_mean(run), before)
-  assert checkpoints.load_params(run).source == 'averaged/6'
+  assert params_lib.load_params(run).source == 'averaged/6'
   average(run, 2)  # the next averaging removes the failed one's temporary folder
   assert os.listdir(os.path.join(run, checkpoints.AVERAGED)) == ['6']
 
@@ -89,13 +91,13 @@ def test_a_re_average_over_other_checkpoints_keeps_the_earlier_one(run):
   average(run, 2)
   two = read_mean(run)
   average(run, 1)
-  assert checkpoints.averaged_steps(run, 6) == [6]
+  assert params_lib.averaged_steps(run, 6) == [6]
   [previous] = [n for n in os.listdir(run) if n.startswith('previous-')]
   moved = os.path.join(run, previous, checkpoints.AVERAGED)
-  assert checkpoints.averaged_steps(os.path.join(run, previous), 6) == [3, 6]
-  assert_same(checkpoints._restore_params(moved, 6), two)
+  assert params_lib.averaged_steps(os.path.join(run, previous), 6) == [3, 6]
+  assert_same(params_lib.restore_params(moved, 6), two)
   # The mean of checkpoint 6 alone is checkpoint 6's parameters.
-  assert_same(read_mean(run), checkpoints.load_params(run, which='checkpoint').params)
+  assert_same(read_mean(run), params_lib.load_params(run, which='checkpoint').params)
 
 
 def fake_translator(covers, dtype='float32'):
@@ -198,9 +200,9 @@ def test_a_missing_vocabulary_under_checkpoints_is_an_error(tmp_path):
 def test_resuming_with_a_vocabulary_other_than_the_recorded_one_is_an_error(run, monkeypatch):
   config = tiny_config()
   config.num_train_steps = 9
-  monkeypatch.setattr(trainer, '_vocabulary_fingerprint', lambda datasets: 'another')
+  monkeypatch.setattr(vocabulary, 'fingerprint', lambda tokenizer: 'another')
   data_state = checkpoints.read_data_state(run, 6)
-  assert data_state.get(trainer.VOCABULARY) is not None  # recorded with each checkpoint
+  assert data_state.get(vocabulary.VOCABULARY) is not None  # recorded with each checkpoint
   with pytest.raises(errors.UserError, match='not the vocabulary the checkpoints were trained'):
     trainer.train_and_evaluate(config, run)
 

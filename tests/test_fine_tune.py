@@ -15,7 +15,9 @@ from t2t_jax import trainer
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import errors
 from t2t_jax.platform.mesh import make_mesh
-from t2t_jax.training import checkpoints, fine_tune, optim
+from t2t_jax.run import init_from
+from t2t_jax.run import params as params_lib
+from t2t_jax.training import optim
 from t2t_jax.training.train_step import create_train_state
 
 
@@ -30,14 +32,14 @@ def test_the_start_holds_the_source_parameters_and_a_fresh_optimizer(tiny_workdi
   config = tiny_config()
   tx = optim.make_optimizer(config)
   fresh = create_train_state(Transformer(ModelConfig.from_config(config)), tx, 1, make_mesh())
-  state = fine_tune.initial_params(fresh, source)
-  want = checkpoints.load_params(source, which='checkpoint', step=6).params
+  state = init_from.initial_params(fresh, source)
+  want = params_lib.load_params(source, which='checkpoint', step=6).params
   for got, expected in zip(jax.tree.leaves(state.params), jax.tree.leaves(want), strict=True):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
   assert int(state.step) == 0
   moments = [leaf for leaf in jax.tree.leaves(state.opt_state) if np.ndim(leaf) > 0]
   assert moments and all(not np.any(np.asarray(m)) for m in moments)  # Adam's m and v: zero
-  at_step_3 = fine_tune.initial_params(fresh, f'{source}:3').params
+  at_step_3 = init_from.initial_params(fresh, f'{source}:3').params
   assert not np.array_equal(jax.tree.leaves(at_step_3)[0], jax.tree.leaves(want)[0])
 
 
@@ -58,8 +60,8 @@ def test_the_first_update_is_adams_first_step_at_the_schedules_first_rate(
                 learning_rate=learning_rate)
   config.model.dropout_rate = 0.0
   trainer.train_and_evaluate(config, str(tmp_path / 'tuned'))
-  before = checkpoints.load_params(source, which='checkpoint').params
-  after = checkpoints.load_params(str(tmp_path / 'tuned'), which='checkpoint', step=1).params
+  before = params_lib.load_params(source, which='checkpoint').params
+  after = params_lib.load_params(str(tmp_path / 'tuned'), which='checkpoint', step=1).params
   lr_1 = learning_rate or config.model.d_model ** -0.5 * config.warmup_steps ** {
       'warmup_rsqrt': -1.5, 'rsqrt': -0.5}[schedule]
   moved = np.concatenate([np.abs(np.asarray(a) - np.asarray(b)).ravel()
@@ -74,7 +76,7 @@ def test_the_first_update_is_adams_first_step_at_the_schedules_first_rate(
   with caplog.at_level(logging.WARNING):
     trainer.train_and_evaluate(config, str(tmp_path / 'tuned'))
   assert 'is read only at a run\'s start' in caplog.text
-  resumed = checkpoints.load_params(str(tmp_path / 'tuned'), which='checkpoint', step=2).params
+  resumed = params_lib.load_params(str(tmp_path / 'tuned'), which='checkpoint', step=2).params
   steps_apart = np.abs(np.asarray(jax.tree.leaves(resumed)[0])
                        - np.asarray(jax.tree.leaves(after)[0])).max()
   assert 0 < steps_apart <= 3 * lr_1  # one more small step from step 1, not a restart

@@ -14,7 +14,8 @@ from t2t_jax.data import batching, packing, pipeline
 from t2t_jax.data.tokenizer import PAD_ID
 from t2t_jax.model import transformer
 from t2t_jax.model.transformer import ModelConfig, Transformer
-from t2t_jax.training import checkpoints, losses
+from t2t_jax.run import params as params_lib
+from t2t_jax.training import losses
 
 # Rows of 24 tokens: several of the generated corpus's pairs a row, and some pairs too long.
 PACK_LENGTH = 24
@@ -292,7 +293,7 @@ def test_a_packed_run_resumes_exactly_and_meets_one_train_shape(cli, tmp_path):
   for key in ('loss', 'dev_loss'):
     assert ([(r['step'], r[key]) for r in records['straight'] if key in r]
             == [(r['step'], r[key]) for r in records['resumed'] if key in r])
-  trees = [checkpoints._restore_params(str(tmp_path / name / 'checkpoints'), 4)
+  trees = [params_lib.restore_params(str(tmp_path / name / 'checkpoints'), 4)
            for name in ('straight', 'resumed')]
   jax.tree_util.tree_map(np.testing.assert_array_equal, *trees)
   datasets = pipeline.get_datasets(config, str(tmp_path / 'straight'), num_devices=8)

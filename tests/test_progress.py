@@ -9,7 +9,7 @@ import pytest
 
 from helpers import make_config, tiny_config
 from t2t_jax.data import pipeline, sources, synthetic
-from t2t_jax.decoding import translator
+from t2t_jax.decoding import batch_plan
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import progress
 from t2t_jax.platform.mesh import make_mesh, replicated
@@ -148,9 +148,9 @@ def test_progress_lines_appear_during_a_long_eval(log, every_update):
   mesh = make_mesh()
   dummy = np.ones((1, 1), np.int32)
   params = Transformer(model_config).init(jax.random.PRNGKey(0), dummy, dummy)['params']
-  decoder = translator.make_sharded_decoder(model_config, config, mesh)
+  decoder = batch_plan.make_sharded_decoder(model_config, config, mesh)
   sentences = ['5 6 7'] * 100  # one length: one compilation, several batches
-  translator.translate(decoder, jax.device_put(params, replicated(mesh)), sentences,
+  batch_plan.translate(decoder, jax.device_put(params, replicated(mesh)), sentences,
                        synthetic.IdTokenizer(config.vocab_size), config, mesh,
                        max_input_length=20)
   during = [m for m in log() if re.fullmatch(

@@ -8,11 +8,11 @@ import pytest
 
 from helpers import ROOT
 from t2t_jax import study, trainer
-from t2t_jax.decoding import evaluate
+from t2t_jax.apps import evaluate
 from t2t_jax.model import transformer
 from t2t_jax.model.transformer import ModelConfig
 from t2t_jax.platform import errors
-from t2t_jax.platform import workdir as workdir_lib
+from t2t_jax.run import recorded as recorded_lib
 
 TABLE3_FILE = os.path.join(ROOT, 'experiments', 'table3.py')
 # Every row alike: a tiny synthetic task, 4 steps (the study's shared budget).
@@ -167,7 +167,7 @@ def test_rows_share_the_vocabulary_of_a_row_trained_on_the_same_text(tmp_path):
   (donor / 'data_cache' / 'train-1').mkdir(parents=True)
   (donor / 'data_cache' / 'train-1' / 'ids.npy').write_bytes(b'ids')
   (donor / 'data_cache' / '.tmp-host-1-x').mkdir()  # a killed writer's leftovers
-  recorded = workdir_lib.config_dict(configs['base'])
+  recorded = recorded_lib.config_dict(configs['base'])
   (donor / 'config.json').write_text(json.dumps(recorded))
   study._share_vocabulary(configs['C_N2'], str(tmp_path / 'C_N2'), str(tmp_path))
   assert (tmp_path / 'C_N2' / 'vocab' / 'spm.model').read_bytes() == b'pieces'

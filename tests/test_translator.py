@@ -28,11 +28,10 @@ from helpers import (
   tiny_config,
 )
 from t2t_jax import Hypothesis, Translator, translate_command
-from t2t_jax.decoding import batch_plan, translator
+from t2t_jax.decoding import batch_plan
 from t2t_jax.decoding.decode import length_penalty
 from t2t_jax.model.transformer import ModelConfig, Transformer
-from t2t_jax.platform import errors
-from t2t_jax.training import ahead
+from t2t_jax.platform import ahead, errors
 
 SENTENCES = ['5 6 7', '', '9 9 9 9 9 9 9 9', '3', '11 12']
 
@@ -259,10 +258,10 @@ def test_the_input_limit_keeps_learned_positions_in_range():
   config = tiny_config()
   config.max_decode_input_length, config.decode_extra_length = 30, 5
   model_config = ModelConfig.from_config(config)
-  assert translator.max_input_length(model_config, config) == 30  # sinusoids: any length
+  assert batch_plan.max_input_length(model_config, config) == 30  # sinusoids: any length
   learned = model_config.replace(positional='learned', max_len=20)
-  assert translator.max_input_length(learned, config) == 15
-  assert translator.max_input_length(learned.replace(max_len=64), config) == 30
+  assert batch_plan.max_input_length(learned, config) == 15
+  assert batch_plan.max_input_length(learned.replace(max_len=64), config) == 30
 
 
 def test_a_failed_stream_never_replaces_an_earlier_output_file(tmp_path):
@@ -324,8 +323,8 @@ def test_samples_are_keyed_by_line_not_by_batch(loaded):
     (dict(method='sample', top_k=41), r'top_k=41: must be ≤ config\.vocab_size \(40\)'),
     (dict(method='sample', seed=-1), r'seed=-1: must be an integer in \[0, 2\*\*32\)'),
     (dict(method='sample', temperature=float('inf')), r'temperature=inf: must be a finite'),
-    (dict(method='sample', n_best=translator.MAX_SAMPLES + 1),
-     rf'n_best={translator.MAX_SAMPLES + 1}: must be between 1 and {translator.MAX_SAMPLES} '
+    (dict(method='sample', n_best=batch_plan.MAX_SAMPLES + 1),
+     rf'n_best={batch_plan.MAX_SAMPLES + 1}: must be between 1 and {batch_plan.MAX_SAMPLES} '
      'samples a sentence'),
     (dict(beam_size=-2), r'beam_size=-2: must be a positive integer'),
     (dict(alpha=-1), r'alpha=-1: must be a finite number ≥ 0 \(as config\.beam_alpha\)'),
@@ -350,7 +349,7 @@ def test_decoding_arguments_are_checked(loaded, kwargs, message):
 
 def test_compile_ahead_checks_its_arguments_before_compiling(loaded, monkeypatch):
   """compile_ahead(method='bogus') compiled for minutes before failing."""
-  monkeypatch.setattr(translator, 'interactive_shapes', None)  # nothing may be compiled
+  monkeypatch.setattr(batch_plan, 'interactive_shapes', None)  # nothing may be compiled
   with pytest.raises(errors.UserError, match=r"method='bogus': must be one of"):
     loaded.compile_ahead(method='bogus')
   with pytest.raises(errors.UserError, match=r'max_rows=0: must be a positive integer'):
@@ -390,7 +389,7 @@ def test_an_ensemble_refuses_other_vocabularies_languages_and_specs(tiny_workdir
   config = tiny_config()
   cases = [(_changed_run(tmp_path, tiny_workdir, target_lang='fr'), 'translates en→fr, '),
            (str(tmp_path / 'nothing'), 'no recorded run there'),
-           (f'{tiny_workdir}:x', r"is not DIR or DIR:STEP \(runs separated by commas\)"),
+           (f'{tiny_workdir}:x', r"expected DIR or DIR:STEP"),
            (f'{tiny_workdir}:5', 'has no averaged or checkpoint at step 5')]
   for spec, message in cases:
     config.ensemble = spec
@@ -507,10 +506,10 @@ def test_a_large_call_samples_alike_with_its_shapes_compiled_ahead(tiny_workdir,
   """With background threads (ahead.default_threads: 4 cores or more), a call of many
   sentences compiles its batches' shapes on them (test_evaluate: beam search), here with
   sampling's settings, and samples as a call that compiles each shape when met."""
-  from t2t_jax.training import ahead
+  from t2t_jax.platform import ahead
   # Two length buckets, over INTERACTIVE_ROWS sentences: two shapes of translate_ids' own.
   sentences = ['5 6', '7 8 9 10 11 12 13 14 15'] * (batch_plan.INTERACTIVE_ROWS // 2 + 1)
-  inputs = translator.encode_inputs(sentences, loaded.tokenizer, loaded.max_input_length)[1]
+  inputs = batch_plan.encode_inputs(sentences, loaded.tokenizer, loaded.max_input_length)[1]
   assert len(set(batch_plan.batch_shapes(inputs, loaded.config, loaded.mesh.size))) == 2
   expected = loaded.translate(sentences, **SAMPLED)
   monkeypatch.setattr(ahead, 'default_threads', lambda: 2)

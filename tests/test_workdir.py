@@ -13,6 +13,7 @@ import pytest
 from experiments import demo
 from helpers import ROOT
 from t2t_jax.platform import files, workdir
+from t2t_jax.run import recorded as recorded_lib
 
 TINY = ['--config=experiments/demo.py', '--config.dataset=synthetic',
         '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
@@ -102,13 +103,13 @@ def test_write_text_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
 
 def test_config_record_and_differences(tmp_path, caplog):
   config = demo.get_config()
-  workdir.save_config(str(tmp_path), config)
+  recorded_lib.save_config(str(tmp_path), config)
   recorded = json.load(open(tmp_path / 'config.json'))
   assert recorded['model']['d_model'] == 128 and recorded['model']['d_k'] is None
-  assert workdir.compare_config(str(tmp_path), config) == {}
+  assert recorded_lib.compare_config(str(tmp_path), config) == {}
   config.model.num_layers = 6
   config.seed = 3
-  assert workdir.compare_config(str(tmp_path), config) == {
+  assert recorded_lib.compare_config(str(tmp_path), config) == {
       'config.model.num_layers': (3, 6), 'config.seed': (0, 3)}
   assert 'config.model.num_layers: 3 -> 6; config.seed: 0 -> 3' in caplog.text
 

@@ -398,7 +398,7 @@ def make_eval_set(name: str, text: Pairs, tokenizer: Any, config: Any, **topolog
                'not filtered)', name, len(text[0]), (longest > config.max_length).sum(),
                config.max_length)
   # Learned positions (Table 3 row E) end at max_len: a longer pair has no loss to compute.
-  # It stays in the text for BLEU, whose inputs are truncated to fit (translator.py).
+  # It stays in the text for BLEU, whose inputs are truncated to fit (batch_plan.encode_inputs).
   limit = config.model.max_len if config.model.positional == 'learned' else 0
   if limit and (longest > limit).any():
     logging.warning('%s: %d pairs have a side longer than config.model.max_len=%d, the '

@@ -1,2 +1,2 @@
-"""§6.1: beam search, the Translator, BLEU, evaluation, attention maps and the Hugging Face
-export. Over `training` (its checkpoints)."""
+"""§6.1: beam search, sampling and BLEU, and the batch plan that runs a search over many
+sentences on every device. Over `model`; beside `training`, which it never imports."""

@@ -5,17 +5,33 @@ source-length buckets (config.decode_bucket_growth: each twice the one before, u
 config.max_decode_input_length) × a row count per bucket (config.decode_tokens_per_batch
 padded source tokens, 0: per platform; a multiple of the devices). Short sentences don't
 pay for long ones' padding, and the search compiles once per shape met: a handful for any
-text. translator.py decodes by this plan; scoring.py scores pairs by it.
+text. scoring.py scores pairs by it.
+
+translate_ids runs a search (decode.py's beam search, or sampling.py's draws) by this plan,
+each device on its own rows (shard_map, no communication), and returns the outputs to input
+order; make_sharded_decoder builds that search for a config.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
+import jax
 import ml_collections
 import numpy as np
+from absl import logging
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from t2t_jax.config import rules
 from t2t_jax.data import batching
+from t2t_jax.data.tokenizer import PAD_ID
+from t2t_jax.decoding import decode, sampling
+from t2t_jax.model.transformer import ModelConfig
+from t2t_jax.platform.mesh import AXIS, shard_batch
+from t2t_jax.platform.progress import Progress
 
 # A call of at most this many sentences decodes in small batches of fixed shapes
 # (interactive_shapes), the ones Translator.compile_ahead compiles; --stream_lines' default.
@@ -80,3 +96,191 @@ def interactive_shapes(config: ml_collections.ConfigDict, num_devices: int, *, m
           max_rows=max_rows, max_length=max_length)
       shapes.append((rows, int(length)))
   return list(dict.fromkeys(shapes))
+
+
+# (params, src [rows, S], settings: α for beam search, a Sampling to sample) -> (ids, scores)
+Decoder = Callable[[Any, jax.Array, Any], tuple[jax.Array, jax.Array]]
+
+
+class Sampling(NamedTuple):
+  """A sampling decoder's settings, its third argument (beam search's is α): traced, so
+  another temperature or seed needs no recompilation."""
+  index: Any  # [rows] each row's sentence number in the input, its draws' key (-1: no row)
+  temperature: Any  # [] T
+  key: Any  # jax.random.PRNGKey(config.sample_seed)
+
+
+# Each device gets the numbers of its own rows of src; the rest is replicated.
+SAMPLING_SPECS = Sampling(P(AXIS), P(), P())
+# Samples of a sentence (--n_best with sampling) are rows of its decoding batch, each as
+# large as a sentence of its own: more than this would outgrow any decoding batch.
+MAX_SAMPLES = 1024
+
+
+def make_sharded_decoder(model_config: ModelConfig | decode.Ensemble,
+                         config: ml_collections.ConfigDict, mesh: Mesh, *,
+                         beam_size: int | None = None, n_best: int | None = None,
+                         method: str = 'beam', top_k: int | None = None,
+                         top_p: float | None = None, vocabulary: Any = None) -> Decoder:
+  """(params, src [rows, S], settings) -> (ids [rows, T], scores [rows]), each device on its
+  own rows; with n_best=n, ids [rows, n, T] and scores [rows, n].
+
+  method 'beam' (beam_size defaults to config.beam_size) and 'greedy' (one beam) take α as
+  settings, an argument, not a constant: another α needs no recompilation. 'sample' takes a
+  Sampling and draws n_best samples (top_k and top_p default to config.sample_top_k and
+  sample_top_p). model_config and the params may be an ensemble's tuples (decode.search,
+  weighted by config.ensemble_weights). `vocabulary`'s banned_ids (pieces that decode to no
+  text) are never emitted; None bans PAD alone.
+  """
+  def banned(sampling: bool) -> tuple[int, ...]:
+    return () if vocabulary is None else vocabulary.banned_ids(sampling=sampling)
+  weights = rules.ensemble_weights(config) if isinstance(model_config, tuple) else None
+
+  if method == 'sample':
+    def draw(params, src, settings):
+      return sampling.draw(params, src, settings.index, settings.key, config=model_config,
+                           temperature=settings.temperature,
+                           top_k=config.sample_top_k if top_k is None else top_k,
+                           top_p=config.sample_top_p if top_p is None else top_p,
+                           n_samples=n_best, extra_length=config.decode_extra_length,
+                           banned_ids=banned(True), weights=weights)
+    return shard_rows(draw, mesh, SAMPLING_SPECS)
+  beam_size = 1 if method == 'greedy' else beam_size or config.beam_size
+
+  def search(params, src, alpha):
+    beams = decode.search(params, src, config=model_config, beam_size=beam_size, alpha=alpha,
+                          extra_length=config.decode_extra_length, n_best=n_best,
+                          banned_ids=banned(False), weights=weights)
+    return beams.finished_seq[..., 1:], beams.finished_score
+  return shard_rows(search, mesh)
+
+
+def shard_rows(search: Decoder, mesh: Mesh, settings_specs: Any = None) -> Decoder:
+  """`search(params, src, settings) -> (ids, scores)` jitted with each device on its own
+  rows of src (params replicated, settings as `settings_specs` says; None: replicated, α)."""
+  # Each device's beam search stops when its own sentences are done: no collectives, and
+  # no replication to check.
+  settings_specs = P() if settings_specs is None else settings_specs
+  sharded = jax.shard_map(search, mesh=mesh, in_specs=(P(), P(AXIS), settings_specs),
+                          out_specs=(P(AXIS), P(AXIS)), check_vma=False)
+  return jax.jit(sharded)
+
+
+def translate_ids(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[int]],
+                  config: ml_collections.ConfigDict, mesh: Mesh, *,
+                  alpha: float | None = None, sampling: Sampling | None = None,
+                  max_rows: int = 0, max_length: int = 0, show_progress: bool = True,
+                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  """Output ids (up to EOS) and scores for each input in `token_ids`, in input order: per
+  input, ids [T] and a score [] (n-best decoders: [n, T] and [n]).
+
+  alpha defaults to config.beam_alpha; a sampling decoder takes `sampling` instead, its
+  index [len(token_ids)] each input's number. max_rows: small batches; max_length: the
+  longest bucket (default config.max_decode_input_length; decoding_batches). Process 0
+  logs the sentences done, the rate and the ETA (progress.py).
+  """
+  alpha = np.float32(config.beam_alpha if alpha is None else alpha)
+  outputs: list[np.ndarray] = [np.zeros(0, np.int32)] * len(token_ids)
+  scores: list[np.ndarray] = [np.zeros((), np.float32)] * len(token_ids)
+  batches = list(decoding_batches(
+      [len(t) for t in token_ids], tokens_per_batch=rules.decode_tokens_of(config),
+      num_devices=mesh.size, bucket_growth=config.decode_bucket_growth, max_rows=max_rows,
+      max_length=max_length or config.max_decode_input_length))
+  # A batch's cost: its rows (empty ones too) times the most steps its beam search may take.
+  # The ETA follows that, not the sentences: short ones go first, and a sentence count would
+  # promise too early an end.
+  cost = lambda rows, length: rows * (length + config.decode_extra_length)  # noqa: E731
+  with Progress('Translating', len(token_ids), 'sentences',
+                work=sum(cost(rows, length) for _, rows, length in batches),
+                enabled=show_progress and jax.process_index() == 0) as bar:
+    for indices, rows, length in batches:
+      settings = alpha if sampling is None else sampling._replace(
+          index=_row_numbers(sampling.index, indices, rows))
+      ids, score = _decode_batch(decoder, params, [token_ids[i] for i in indices], rows,
+                                 length, settings, mesh)
+      for r, i in enumerate(indices):
+        outputs[i], scores[i] = ids[r], score[r]
+      bar.update(len(indices), work=cost(rows, length))
+  return outputs, scores
+
+
+def _row_numbers(numbers: Sequence[int], indices: np.ndarray, rows: int) -> np.ndarray:
+  """[rows] the numbers of a batch's inputs (`indices` into `numbers`), -1 for empty rows."""
+  index = np.full(rows, -1, np.int32)
+  index[:len(indices)] = np.asarray(numbers)[indices]
+  return index
+
+
+def _decode_batch(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[int]], rows: int,
+                  length: int, settings: Any, mesh: Mesh) -> tuple[np.ndarray, np.ndarray]:
+  """One batch: `token_ids` in the first rows of a [rows, length] source, the rest empty;
+  each process feeds its own share of the rows, and all get every row's output back."""
+  src = np.full((rows, length), PAD_ID, np.int32)
+  for r, ids in enumerate(token_ids):
+    src[r, :len(ids)] = ids
+  share = rows // jax.process_count()
+  mine = slice(share * jax.process_index(), share * (jax.process_index() + 1))
+  if isinstance(settings, Sampling):  # the rows' numbers, split over devices as src is
+    settings = settings._replace(index=shard_batch({'index': settings.index[mine]},
+                                                   mesh)['index'])
+  ids, scores = decoder(params, shard_batch({'src': src[mine]}, mesh)['src'], settings)
+  return _gather_rows(ids), _gather_rows(scores)
+
+
+def _gather_rows(x: jax.Array) -> np.ndarray:
+  if jax.process_count() == 1:
+    return np.asarray(x)
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def encode_inputs(sentences: Sequence[str], tokenizer: Any, max_input_length: int, *,
+                  first_line: int = 1) -> tuple[list[int], list[list[int]]]:
+  """(indices of the non-empty sentences, their ids): an empty (or all-space) line is not
+  decoded; an input over `max_input_length` sub-words is truncated, with a warning naming
+  its line (first_line: the number of sentences[0])."""
+  nonempty = [i for i, s in enumerate(sentences) if s.strip()]
+  encoded = tokenizer.encode_batch([sentences[i] for i in nonempty])
+  for i, ids in zip(nonempty, encoded, strict=True):
+    if len(ids) > max_input_length:
+      logging.warning('Input line %d has %d sub-words; decoding its first %d.', first_line + i,
+                      len(ids), max_input_length)
+      ids[max_input_length - 1:] = ids[-1:]  # keep the EOS
+  return nonempty, encoded
+
+
+# Every character str.splitlines() breaks at: \n \r \v \f FS GS RS NEL LS PS.
+_LINE_BREAKS = re.compile('[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]')
+
+
+def one_line(text: str) -> str:
+  """`text` with line breaks made spaces: output line i always belongs to input line i.
+
+  A hypothesis can contain one (byte-fallback pieces decode to any character), and a
+  reference file can too; written out, it would shift every later line.
+  """
+  return _LINE_BREAKS.sub(' ', text)
+
+
+def max_input_length(model_config: ModelConfig | decode.Ensemble,
+                     config: ml_collections.ConfigDict) -> int:
+  """Sub-words of an input decoded, EOS included; longer ones are truncated (encode_inputs).
+  Learned positions end at max_len, which must also hold input + extra outputs (in every
+  model of an ensemble)."""
+  length = max(config.max_decode_input_length, 1)
+  for member in decode.members(model_config):
+    if member.positional == 'learned':
+      length = min(length, member.max_len - config.decode_extra_length)
+  return length
+
+
+def translate(decoder: Decoder, params: Any, sentences: Sequence[str], tokenizer: Any,
+              config: ml_collections.ConfigDict, mesh: Mesh, *, max_input_length: int,
+              alpha: float | None = None) -> list[str]:
+  """Detokenized translations of raw sentences, in input order (the single best of a
+  decoder without n_best). Empty lines stay empty; long ones are truncated (encode_inputs)."""
+  nonempty, inputs = encode_inputs(sentences, tokenizer, max_input_length)
+  outputs, _ = translate_ids(decoder, params, inputs, config, mesh, alpha=alpha)
+  translations = [''] * len(sentences)
+  for i, ids in zip(nonempty, outputs, strict=True):
+    translations[i] = one_line(tokenizer.decode(ids))
+  return translations

@@ -1,4 +1,4 @@
-"""The workdir as a place: local paths only, one trainer at a time, the run's recorded config,
+"""The workdir as a place: local paths only, one trainer at a time, provenance records,
 and moving old results aside instead of deleting them.
 
 Plumbing, not paper: nothing here knows about the Transformer.
@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
@@ -123,63 +122,6 @@ def _lock(path: str) -> Any:
       handle.close()
     raise
   return handle
-
-
-def config_dict(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """The config as plain JSON values (what config.json holds)."""
-  return json.loads(config.to_json_best_effort(sort_keys=True))
-
-
-def load_config(workdir: str) -> dict[str, Any] | None:
-  """The config recorded by the run's first training invocation, or None."""
-  path = os.path.join(workdir, CONFIG)
-  if not os.path.exists(path):
-    return None
-  try:
-    with open(path, encoding='utf-8') as f:
-      recorded = json.load(f)
-  except (UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise errors.UserError(f'{path}: damaged, not the JSON of a config ({e}); restore it '
-                           'from a copy, or move it away to record the config anew') from None
-  if not isinstance(recorded, dict):
-    raise errors.UserError(f'{path}: damaged, a JSON {type(recorded).__name__} where a '
-                           'config (an object) was recorded; restore it from a copy')
-  return recorded
-
-
-def config_differences(recorded: dict[str, Any], current: dict[str, Any],
-                       prefix: str = 'config.') -> dict[str, tuple[Any, Any]]:
-  """{'config.model.num_layers': (recorded, current), ...} for every key that differs."""
-  differences = {}
-  for key in sorted(set(recorded) | set(current)):
-    old, new = recorded.get(key), current.get(key)
-    if isinstance(old, dict) and isinstance(new, dict):
-      differences.update(config_differences(old, new, f'{prefix}{key}.'))
-    elif old != new:
-      differences[f'{prefix}{key}'] = (old, new)
-  return differences
-
-
-def compare_config(workdir: str, config: ml_collections.ConfigDict,
-                   ) -> dict[str, tuple[Any, Any]]:
-  """For a run that resumes: logs how `config` differs from the recorded one, returns that."""
-  recorded = load_config(workdir)
-  if recorded is None:
-    return {}
-  differences = config_differences(recorded, config_dict(config))
-  if differences:
-    logging.warning('The config differs from the one this run started with (%s): %s',
-                    os.path.join(workdir, CONFIG), '; '.join(
-                        f'{k}: {old!r} -> {new!r}' for k, (old, new) in differences.items()))
-  return differences
-
-
-def save_config(workdir: str, config: ml_collections.ConfigDict) -> None:
-  """Records the config of a run that starts (or of one that predates config.json)."""
-  if jax.process_index() == 0:
-    os.makedirs(workdir, exist_ok=True)
-    text = json.dumps(config_dict(config), indent=2) + '\n'
-    files.write_text(os.path.join(workdir, CONFIG), text)
 
 
 def record_invocation(workdir: str, step: int) -> None:

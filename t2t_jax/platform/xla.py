@@ -58,7 +58,7 @@ def step_compiler_options() -> dict[str, str]:
 
 
 # Beam search on a CPU as one JAX device per core, each searching its own rows (the mesh's
-# data parallelism, translator.make_sharded_decoder). On one device XLA:CPU splits every op
+# data parallelism, batch_plan.make_sharded_decoder). On one device XLA:CPU splits every op
 # over the cores, and a step's ~400 mostly small ops each end in a wait for the slowest
 # thread; with a device per core the searches fill each other's gaps, which saves those idle
 # waits and context switches (docs/performance.md). Same output ids. Two devices a core

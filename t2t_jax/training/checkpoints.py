@@ -1,25 +1,22 @@
-"""Checkpoints through orbax (§6.1: "written at 10-minute intervals") and their averaging (§6.1).
+"""Checkpoints through orbax (§6.1: "written at 10-minute intervals").
 
 A workdir holds
   checkpoints/<step>/params       the model parameters
   checkpoints/<step>/train_state  step, Adam state and dropout RNG
   checkpoints/<step>/data         the input iterator's position (JSON)
   checkpoints/corrupt-<step>/     a checkpoint that could not be read, moved aside
-  averaged/<step>/params          the mean of the last K checkpoints' parameters
-  averaged/<step>/steps.json      which checkpoints that mean is of
-orbax writes each checkpoint into a temporary directory and renames it when complete, so
-a crash mid-write never leaves a checkpoint that looks finished.
+and averaged/<step>/, §6.1's mean of the last checkpoints (run/averaging.py). orbax writes
+each checkpoint into a temporary directory and renames it when complete, so a crash
+mid-write never leaves a checkpoint that looks finished; orbax's policies choose the saves
+by step and at a preemption (Checkpointer).
 
 Nothing here fails quietly: a checkpoint of another model shape is an error naming the
-parameter (never "unreadable, start over"), a save orbax declines is an error, and a
-checkpoint that stays unreadable after retries is moved aside, not deleted.
+parameter (never "unreadable, start over"), a save at or below the latest step is an error,
+and a checkpoint that stays unreadable after retries is moved aside, not deleted.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
-import json
 import os
 import shutil
 import time
@@ -27,14 +24,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
-from t2t_jax.model.transformer import ModelConfig
-from t2t_jax.platform import distributed, errors, files, metrics, quiet
-from t2t_jax.platform import workdir as workdir_lib
+from t2t_jax.platform import distributed, errors, files
 
 CHECKPOINTS = 'checkpoints'
 AVERAGED = 'averaged'
@@ -58,7 +51,7 @@ class CheckpointMismatch(errors.UserError):
 
 
 class CheckpointNotSaved(errors.UserError):
-  """orbax declined a save (it never writes a step at or below its latest one)."""
+  """A save at or below the latest step (orbax never writes one)."""
 
 
 class CheckpointWriteError(files.DiskWriteError):
@@ -76,19 +69,23 @@ def _checkpoint_write_errors(directory: str) -> Iterator[None]:
 
 
 class Checkpointer:
-  """Saves every `every_steps` steps and/or `every_minutes` minutes; keeps the last `keep`."""
+  """Saves at orbax's policies' steps (every `every_steps`, and JAX's preemption sync point),
+  and every `every_minutes` minutes by the clock; keeps the last `keep`."""
 
   def __init__(self, workdir: str, *, keep: int, every_steps: int = 0, every_minutes: float = 0.0):
     self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINTS))
-    self._every_steps, self._every_seconds = every_steps, every_minutes * 60
+    self._every_seconds = every_minutes * 60
     self._last_save_time = time.monotonic()
     self._remove_torn_writes()
+    policies = ocp.checkpoint_managers
+    steps = [policies.FixedIntervalPolicy(every_steps)] if every_steps else []
     # Handlers named up front, so that item_metadata can read shapes before any restore.
     self._manager = ocp.CheckpointManager(
         self.directory, item_handlers={'params': ocp.StandardCheckpointHandler(),
                                        'train_state': ocp.StandardCheckpointHandler(),
                                        'data': ocp.JsonCheckpointHandler()},
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep))
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, save_decision_policy=(
+            policies.AnySavePolicy([*steps, policies.PreemptionCheckpointingPolicy()]))))
     self._closed = False
 
   def _remove_torn_writes(self) -> None:
@@ -125,33 +122,45 @@ class Checkpointer:
       logging.warning('Checkpoint writes in %s did not finish: %s', self.directory,
                       errors.summary(e))
 
-  def is_due(self, step: int) -> bool:
-    """Whether `step` is a periodic save by this host's clock: a multi-process run must
-    agree on the answer (the training loop does, with its other per-step decisions)."""
-    due = bool(self._every_steps) and step % self._every_steps == 0
+  def should_save(self, step: int) -> bool:
+    """Whether orbax's policies save `step`: the same answer on every host (a step count,
+    and the preemption sync point JAX's processes agree on)."""
+    return self._manager.should_save(step)
+
+  def reached_preemption(self, step: int) -> bool:
+    """Whether the processes of a jax.distributed run reached the sync point JAX set after
+    a preemption notice (a one-process run has none: the loop's signal handler serves it)."""
+    return self._manager.reached_preemption(step)
+
+  def clock_due(self) -> bool:
+    """Whether `every_minutes` passed since this invocation's start or last save, by this
+    host's clock (the training loop agrees on it across hosts). Not orbax's
+    ContinuousCheckpointingPolicy: that one saves at an invocation's first step whenever the
+    newest checkpoint is older than the interval (a fresh run's step 1, every resume), which
+    would put near-duplicates into §6.1's averaged window."""
     elapsed = time.monotonic() - self._last_save_time
-    return due or bool(self._every_seconds and elapsed >= self._every_seconds)
+    return bool(self._every_seconds) and elapsed >= self._every_seconds
 
   def save(self, state: Any, data_state: dict) -> None:
-    """Writes the state at its own step (asynchronously; `wait` or `close` to finish).
-
-    Raises CheckpointNotSaved if orbax declines, instead of logging a save that never was.
-    """
+    """Writes the state at its own step (asynchronously; `wait` or `close` to finish), which
+    the caller decided on (should_save, clock_due, a stop). A step at or below the latest
+    raises CheckpointNotSaved, never a save that never was."""
     step = int(state.step)
+    latest = self._manager.latest_step()
+    if latest is not None and step <= latest:
+      raise CheckpointNotSaved(
+          f'{self.directory}: declined to save checkpoint {step} there, which already holds step '
+          f'{latest}: orbax never writes a step at or below its latest. Nothing was '
+          'overwritten; resume from the latest checkpoint, or pick one with '
+          '--config.restore_step.')
     # A full disk surfaces here (the previous save's background write) or at close: one
     # error naming the folder, not orbax's exception.
     with _checkpoint_write_errors(self.directory):
-      saved = self._manager.save(step, args=ocp.args.Composite(
+      self._manager.save(step, args=ocp.args.Composite(
           params=ocp.args.StandardSave(state.params),
           train_state=ocp.args.StandardSave({'step': state.step, 'opt_state': state.opt_state,
                                              'rng': state.rng}),
-          data=ocp.args.JsonSave(data_state)))
-    if not saved:
-      raise CheckpointNotSaved(
-          f'orbax declined to save checkpoint {step} in {self.directory}, which already holds '
-          f'step {self._manager.latest_step()}: it never writes a step at or below its latest. '
-          'Nothing was overwritten; resume from the latest checkpoint, or pick one with '
-          '--config.restore_step.')
+          data=ocp.args.JsonSave(data_state)), force=True)
     self._last_save_time = time.monotonic()
     logging.info('Saving checkpoint %d to %s', step, self.directory)
 
@@ -301,41 +310,6 @@ def _check_shapes(metadata: Callable[[int], Any], step: int, state: Any, where: 
                                       f'{len(expected)} arrays of other shapes')])
 
 
-def config_keys_behind(differences: list[tuple[str, Any, Any]], model: ModelConfig) -> list[str]:
-  """The config keys whose values explain the differing shapes (a best guess)."""
-  keys = set()
-  sizes = {'config.vocab_size': model.vocab_size, 'config.model.d_model': model.d_model,
-           'config.model.d_ff': model.d_ff, 'config.model.num_heads': model.num_heads,
-           'config.model.d_k': model.key_size, 'config.model.d_v': model.value_size,
-           'config.model.max_len': model.max_len}
-  for name, have, want in differences:
-    if have is None or want is None:
-      keys.add('config.model.positional' if 'positions' in name else 'config.model.num_layers')
-      continue
-    for h, w in zip(have, want, strict=False):  # ranks may differ
-      if h != w:
-        keys.update(key for key, value in sizes.items() if value == w)
-  return sorted(keys)
-
-
-def mismatch_message(error: CheckpointMismatch, model: ModelConfig,
-                     recorded: dict[str, tuple[Any, Any]] | None) -> str:
-  """One paragraph: which parameter differs, and which config keys made it differ."""
-  absent = lambda shape: 'absent' if shape is None else shape  # noqa: E731
-  shown = '; '.join(f'{name}: {absent(have)} there, {absent(want)} now'
-                    for name, have, want in error.differences[:3])
-  more = f' (and {len(error.differences) - 3} more)' if len(error.differences) > 3 else ''
-  model_changes = {k: v for k, v in (recorded or {}).items()
-                   if k.startswith('config.model.') or k == 'config.vocab_size'}
-  if model_changes:
-    why = 'the run was started with ' + ', '.join(
-        f'{k}={old!r} (now {new!r})' for k, (old, new) in model_changes.items())
-  else:
-    why = 'check ' + (', '.join(config_keys_behind(error.differences, model))
-                      or 'config.model.* and config.vocab_size')
-  return f'{error.where} holds another model than this config builds: {shown}{more}; {why}.'
-
-
 def checkpoint_steps(workdir: str, subdir: str = CHECKPOINTS) -> list[int]:
   """The finished checkpoints' steps, oldest first (corrupt-* and temporaries are not)."""
   directory = os.path.join(workdir, subdir)
@@ -355,217 +329,3 @@ def read_data_state(workdir: str, step: int) -> dict:
     checkpointer.close()
 
 
-def _restore_params(directory: str, step: int) -> Any:
-  """directory/<step>/params, replicated on every device, whatever topology saved it."""
-  path = os.path.join(os.path.abspath(directory), str(step), 'params')
-  replicated = jax.sharding.NamedSharding(
-      jax.sharding.Mesh(np.asarray(jax.devices()), ('replica',)), jax.sharding.PartitionSpec())
-  quiet.drop_orbax_metadata_warning()
-  checkpointer = ocp.StandardCheckpointer()
-  try:
-    metadata = checkpointer.metadata(path).item_metadata
-    abstract = jax.tree_util.tree_map(
-        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=replicated), metadata)
-    return checkpointer.restore(path, abstract)
-  finally:
-    checkpointer.close()
-
-
-@dataclasses.dataclass(frozen=True)
-class Loaded:
-  """Parameters read for decoding, and where from."""
-  params: Any
-  kind: str  # 'averaged' or 'checkpoint'
-  step: int
-
-  @property
-  def source(self) -> str:
-    """'averaged/1000' or 'checkpoints/1000': the folder under the workdir."""
-    return f'{AVERAGED if self.kind == "averaged" else CHECKPOINTS}/{self.step}'
-
-
-PARAMS_CHOICES = ('auto', 'averaged', 'checkpoint', 'best')
-
-
-def ranked_steps(workdir: str, *, key: str) -> list[int]:
-  """The kept checkpoints that have a dev loss (metrics.dev_losses: only steps where
-  training evaluated the dev set), lowest loss first; ties go to the later step. None is an
-  errors.UserError naming `key` and the fix."""
-  losses = metrics.dev_losses(workdir)
-  kept = [s for s in checkpoint_steps(workdir) if s in losses]
-  if not kept:
-    raise errors.UserError(
-        f'{key}: no checkpoint in {workdir}/{CHECKPOINTS} has a dev loss in metrics.jsonl '
-        '(training records one every config.eval_every_steps; make checkpoint_every_steps a '
-        'multiple of it)')
-  return sorted(kept, key=lambda s: (losses[s], -s))
-
-
-def best_steps(workdir: str, count: int, *, key: str) -> list[int]:
-  """The `count` best of ranked_steps (fewer where fewer have a dev loss), in step order."""
-  return sorted(ranked_steps(workdir, key=key)[:count])
-
-
-def load_params(workdir: str, *, which: str = 'auto', step: int = 0) -> Loaded:
-  """Parameters for decoding (config.decode_params, config.restore_step).
-
-  which: 'auto' = the averaged model when there is one (at `step`, if given), else the
-  checkpoint; 'averaged' or 'checkpoint' to choose; 'best' = the checkpoint of lowest dev
-  loss (best_steps). step: 0 = the newest. Without a step, an unreadable newest one is
-  named in a warning and the one before it used; an explicit step that cannot be read is
-  an error.
-  """
-  if which not in PARAMS_CHOICES:
-    raise errors.UserError(f'config.decode_params={which!r}: choose one of {PARAMS_CHOICES}')
-  if which == 'best':
-    if step:
-      raise errors.UserError(f"config.restore_step={step}: config.decode_params='best' "
-                             'chooses the step itself; set one or the other')
-    [best] = best_steps(workdir, 1, key="config.decode_params='best'")
-    logging.info('The checkpoint of lowest dev loss: %s/%d.', CHECKPOINTS, best)
-    which, step = 'checkpoint', best
-  kinds = {'auto': ('averaged', 'checkpoint'), 'averaged': ('averaged',),
-           'checkpoint': ('checkpoint',)}[which]
-  for kind in kinds:
-    subdir = AVERAGED if kind == 'averaged' else CHECKPOINTS
-    steps = [s for s in checkpoint_steps(workdir, subdir) if not step or s == step]
-    if kind == 'averaged' and steps and not step:
-      _warn_if_stale(workdir, steps[-1])
-    for s in reversed(steps):
-      where = os.path.join(workdir, subdir, str(s))
-      try:
-        read = functools.partial(_restore_params, os.path.join(workdir, subdir), s)
-        return Loaded(retry(read, where), kind, s)
-      except Exception as e:  # named, then the one before is tried
-        if step:
-          raise errors.UserError(f'config.restore_step={step}: {where} is unreadable '
-                                 f'({errors.summary(e)})') from e
-        logging.warning('%s is unreadable (%s); using the one before it.', where,
-                        errors.summary(e))
-  found = {kind: checkpoint_steps(workdir, AVERAGED if kind == 'averaged' else CHECKPOINTS)
-           for kind in kinds}
-  if step and any(found.values()):  # a step the run does not have: say which it has
-    has = '; '.join(f'{kind} steps {steps}' for kind, steps in found.items())
-    raise errors.MissingFileError(
-        f'{workdir} has no {" or ".join(kinds)} at step {step} (config.decode_params={which!r}, '
-        f'config.restore_step={step}, or DIR:{step}); it has {has}')
-  wanted = f'step {step} ' if step else ''
-  raise errors.MissingFileError(
-      f'No readable {" or ".join(kinds)} {wanted}in {workdir} (config.decode_params={which!r}'
-      f'{f", config.restore_step={step}" if step else ""}): train first (--mode=train), or '
-      '--mode=average for averaged parameters')
-
-
-def _warn_if_stale(workdir: str, averaged_step: int) -> None:
-  latest = checkpoint_steps(workdir)
-  if latest and latest[-1] > averaged_step:
-    logging.warning('Using %s/%d although training has reached step %d: run --mode=average '
-                    'again to average the newest checkpoints, or set '
-                    '--config.decode_params=checkpoint.', AVERAGED, averaged_step, latest[-1])
-
-
-def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, step: int = 0,
-                        best: bool = False) -> tuple[int, list[int]]:
-  """Averages the parameters of the last `last` checkpoints into averaged/<step>/ (§6.1).
-
-  The last ones up to `step` (config.restore_step; 0 = the newest), or with `best`
-  (config.average_select='best') the `last` of lowest dev loss (best_steps). An unreadable
-  checkpoint is named in a warning and skipped: the next older one takes its place.
-  Accumulates in float32 one checkpoint at a time (memory: two copies of the params),
-  then casts back to each parameter's dtype. Returns (step, the steps averaged).
-  """
-  directory = os.path.join(workdir, CHECKPOINTS)
-  steps = checkpoint_steps(workdir)
-  if step:
-    if step not in steps:
-      raise errors.UserError(f'config.restore_step={step}: {directory} has no checkpoint {step} '
-                             f'(it has {steps})')
-    steps = [s for s in steps if s <= step]
-  if best:
-    # Taken from the end, best first: an unreadable one gives its place to the next best, as
-    # it does to the next older.
-    steps = [s for s in ranked_steps(workdir, key="config.average_select='best'")
-             if s in steps][::-1]
-  if not steps:
-    raise errors.MissingFileError(f'No checkpoint in {directory} to average')
-  chosen, total, dtypes = [], None, None
-  for s in reversed(steps):
-    if len(chosen) == last:
-      break
-    try:
-      params = retry(functools.partial(_restore_params, directory, s), f'{directory}/{s}')
-    except Exception as e:  # named and skipped
-      logging.warning('%s/%d is unreadable (%s); averaging without it.', directory, s,
-                      errors.summary(e))
-      continue
-    chosen.append(s)
-    params32 = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), params)
-    total = params32 if total is None else jax.tree_util.tree_map(np.add, total, params32)
-    dtypes = jax.tree_util.tree_map(lambda x: np.asarray(x).dtype, params)
-  chosen.sort()
-  if not chosen:
-    raise errors.UserError(f'No readable checkpoint in {directory} to average (see the warnings)')
-  if len(chosen) < last:
-    message = (f'config.average_last={last} but {directory} holds only {len(chosen)} readable '
-               f'checkpoint(s){f" up to step {step}" if step else ""}: {chosen}')
-    if not allow_fewer:
-      raise errors.UserError(message + '; set --config.average_allow_fewer=True to average those')
-    logging.warning('%s; averaging those.', message)
-  mean = jax.tree_util.tree_map(lambda t, d: (t / len(chosen)).astype(d), total, dtypes)
-  _publish_mean(workdir, chosen, mean)
-  logging.info('Averaged checkpoints %s into %s/%d', chosen, AVERAGED, chosen[-1])
-  return chosen[-1], chosen
-
-
-COVERS = 'steps.json'  # averaged/<step>/steps.json: the checkpoints the mean is of
-
-
-def _publish_mean(workdir: str, steps: list[int], mean: Any) -> None:
-  """Writes averaged/<step>/{params,steps.json} into a temporary sibling and renames it into
-  place when complete: a kill or a full disk leaves the earlier mean of that step (moved
-  into previous-<time>/ only once the new one is whole) and never a half-written one."""
-  directory = os.path.join(workdir, AVERAGED)
-  # One name on every process (they write one checkpoint together); a killed run's is
-  # removed by the next averaging of that step, or after a day by sweep_temp_dirs.
-  tmp = os.path.join(directory, f'.tmp-averaging-{steps[-1]}')
-  if jax.process_index() == 0:
-    os.makedirs(directory, exist_ok=True)
-    files.sweep_temp_dirs(directory)
-    shutil.rmtree(tmp, ignore_errors=True)
-  distributed.sync('t2t_jax_average_start')
-  checkpointer = ocp.StandardCheckpointer()
-  with files.disk_write_errors(tmp, 'the averaged parameters'):
-    checkpointer.save(os.path.join(os.path.abspath(tmp), 'params'),
-                      jax.tree_util.tree_map(jnp.asarray, mean))
-    checkpointer.wait_until_finished()
-    checkpointer.close()
-    if jax.process_index() == 0:
-      files.write_text(os.path.join(tmp, COVERS), json.dumps({'steps': steps}) + '\n')
-      workdir_lib.publish_output(workdir, tmp, f'{AVERAGED}/{steps[-1]}')
-  distributed.sync('t2t_jax_average_done')
-
-
-def averaged_steps(workdir: str, step: int) -> list[int] | None:
-  """The checkpoints averaged/<step>/ is the mean of (None for a mean that predates the
-  record)."""
-  path = os.path.join(workdir, AVERAGED, str(step), COVERS)
-  try:
-    with open(path, encoding='utf-8') as f:
-      return [int(s) for s in json.load(f)['steps']]
-  except FileNotFoundError:
-    return None
-  except (ValueError, KeyError, TypeError) as e:
-    raise errors.UserError(f'{path}: damaged ({e}); average again (--mode=average)') from None
-
-
-def save_params(directory: str, step: int, params: Any) -> None:
-  """Writes params alone to directory/<step>/params, atomically (orbax renames when done)."""
-  manager = ocp.CheckpointManager(os.path.abspath(directory), item_names=('params',),
-                                  options=ocp.CheckpointManagerOptions(
-                                      enable_async_checkpointing=False,
-                                      cleanup_tmp_directories=True))
-  if step in manager.all_steps():  # re-averaging the same checkpoints replaces the old mean
-    manager.delete(step)
-  manager.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(
-      jax.tree_util.tree_map(jnp.asarray, params))))
-  manager.close()

@@ -156,7 +156,7 @@ def steps(step: Callable, fixed: Any, shapes: Sequence[Shape], mesh: Mesh, *,
 def searches(search: Callable, params: Any, shapes: Sequence[tuple[int, int]], mesh: Mesh, *,
              pool: concurrent.futures.ThreadPoolExecutor | None, name: str,
              settings: Callable[[int], Any] | None = None) -> Precompiled:
-  """A search, `search(params, src, settings)` (translator.make_sharded_decoder), compiled
+  """A search, `search(params, src, settings)` (batch_plan.make_sharded_decoder), compiled
   ahead for sources of `shapes`: global (rows, S). `settings(rows)`: the abstract third
   argument for a batch of `rows` (None: beam search's α, a float32 scalar)."""
   params = _abstract(params)

@@ -1,17 +1,21 @@
-"""A trained run's recorded config (DIR/config.json) read back for the modes that use the run,
-and the keys a later invocation may not change: its parameters and vocabulary were made with
-them.
+"""A trained run's config, recorded by its first training invocation (DIR/config.json) and
+read back by the modes that use the run, and the keys a later invocation may not change: its
+parameters and vocabulary were made with them.
 """
 from __future__ import annotations
 
 import difflib
+import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import ml_collections
+from absl import logging
 
-from t2t_jax.platform import errors
+from t2t_jax.platform import errors, files
 from t2t_jax.platform import workdir as workdir_lib
 
 # What a trained run fixes: its parameters and vocabulary were made with these values, so a
@@ -32,6 +36,75 @@ ADDED_BATCHING = {'batching': 'buckets', 'pack_length': 256}
 # Keys that act on the invocation that has them (workdir.move_aside, an older checkpoint):
 # a config read back from the workdir has them at their defaults.
 PER_INVOCATION = {'restart': False, 'restore_step': 0}
+
+
+def config_dict(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The config as plain JSON values (what config.json holds)."""
+  return json.loads(config.to_json_best_effort(sort_keys=True))
+
+
+def load_config(workdir: str) -> dict[str, Any] | None:
+  """The config recorded by the run's first training invocation, or None."""
+  path = os.path.join(workdir, workdir_lib.CONFIG)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path, encoding='utf-8') as f:
+      recorded = json.load(f)
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise errors.UserError(f'{path}: damaged, not the JSON of a config ({e}); restore it '
+                           'from a copy, or move it away to record the config anew') from None
+  if not isinstance(recorded, dict):
+    raise errors.UserError(f'{path}: damaged, a JSON {type(recorded).__name__} where a '
+                           'config (an object) was recorded; restore it from a copy')
+  return recorded
+
+
+def config_differences(recorded: dict[str, Any], current: dict[str, Any],
+                       prefix: str = 'config.') -> dict[str, tuple[Any, Any]]:
+  """{'config.model.num_layers': (recorded, current), ...} for every key that differs."""
+  differences = {}
+  for key in sorted(set(recorded) | set(current)):
+    old, new = recorded.get(key), current.get(key)
+    if isinstance(old, dict) and isinstance(new, dict):
+      differences.update(config_differences(old, new, f'{prefix}{key}.'))
+    elif old != new:
+      differences[f'{prefix}{key}'] = (old, new)
+  return differences
+
+
+def compare_config(workdir: str, config: ml_collections.ConfigDict,
+                   ) -> dict[str, tuple[Any, Any]]:
+  """For a run that resumes: logs how `config` differs from the recorded one, returns that."""
+  recorded = load_config(workdir)
+  if recorded is None:
+    return {}
+  differences = config_differences(recorded, config_dict(config))
+  if differences:
+    logging.warning('The config differs from the one this run started with (%s): %s',
+                    os.path.join(workdir, workdir_lib.CONFIG), '; '.join(
+                        f'{k}: {old!r} -> {new!r}' for k, (old, new) in differences.items()))
+  return differences
+
+
+def save_config(workdir: str, config: ml_collections.ConfigDict) -> None:
+  """Records the config of a run that starts (or of one that predates config.json)."""
+  if jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    text = json.dumps(config_dict(config), indent=2) + '\n'
+    files.write_text(os.path.join(workdir, workdir_lib.CONFIG), text)
+
+
+def read(workdir: str, overrides: Sequence[str] = (), *, what: str = '',
+         missing: type[errors.UserError] = errors.UserError) -> ml_collections.ConfigDict:
+  """The config the run in `workdir` recorded, with `overrides` (from_recorded); a workdir
+  without one is a `missing` error, its message led by `what` ('config.ensemble: ')."""
+  workdir_lib.check_local(workdir)
+  where = os.path.join(workdir, workdir_lib.CONFIG)
+  recorded = load_config(workdir)
+  if recorded is None:
+    raise missing(f'{what}{where}: no recorded run there (training records it)')
+  return from_recorded(recorded, overrides, where)
 
 
 def from_recorded(recorded: Mapping[str, Any], overrides: Sequence[str],
@@ -88,7 +161,7 @@ def check_against_recorded(config: ml_collections.ConfigDict, recorded: Mapping[
   recorded in `where`: decoding, averaging and attention maps use the trained model."""
   current = config.to_dict()
   for key in TRAINED_KEYS:  # in this order: the vocabulary is named before a model key
-    differences = workdir_lib.config_differences({key: recorded.get(key)},
+    differences = config_differences({key: recorded.get(key)},
                                                  {key: current.get(key)})
     for path, (old, new) in differences.items():
       if path in may_differ:

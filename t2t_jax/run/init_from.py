@@ -2,7 +2,7 @@
 
 `config.init_from='DIR'` (or `'DIR:STEP'`) starts a run from the parameters of the run
 trained in DIR: its average if it has one, else its newest checkpoint (at STEP if given:
-decoding's `load_params`), with a fresh optimizer (Adam's moments at zero) and the §5.3
+params.py's `load_params`), with a fresh optimizer (Adam's moments at zero) and the §5.3
 schedule from step 1. The new run reuses DIR's vocabulary, copied into its own `vocab/`,
 so the ids mean the same pieces; the model keys (but the dropout rate), vocab_size and
 languages must agree with DIR's recorded config, as on a resume. Only a run's start reads
@@ -19,36 +19,33 @@ import jax
 import ml_collections
 from absl import logging
 
-from t2t_jax.config import recorded_run
 from t2t_jax.platform import errors, files
 from t2t_jax.platform import workdir as workdir_lib
-from t2t_jax.training import checkpoints
+from t2t_jax.run import params as params_lib
+from t2t_jax.run import recorded as recorded_lib
 
 VOCABULARY_FILES = ('spm.vocab', 'spm.model')  # the model last: it means complete
 # What a fine-tuning run may set otherwise than its source: besides the arithmetic's dtype
 # and forms, the dropout rate, which shapes no parameter.
-MAY_DIFFER = recorded_run.MAY_DIFFER | {'config.model.dropout_rate'}
+MAY_DIFFER = recorded_lib.MAY_DIFFER | {'config.model.dropout_rate'}
 
 
 def source(init_from: str) -> tuple[str, int]:
   """'DIR' -> (DIR, 0); 'DIR:STEP' -> (DIR, STEP)."""
-  folder, colon, step = init_from.rpartition(':') if ':' in init_from else (init_from, '', '')
-  if colon and not step.isdigit():
-    raise errors.UserError(f'config.init_from={init_from!r}: expected DIR or DIR:STEP')
-  return folder, int(step) if colon else 0
+  return params_lib.parse_run(init_from, 'config.init_from')
 
 
 def check_source(config: ml_collections.ConfigDict, init_from: str) -> str:
   """The source run's folder, after checking that its recorded config agrees with `config`
   on every key its parameters and vocabulary were made with."""
   folder, _ = source(init_from)
-  recorded = workdir_lib.load_config(folder)
+  recorded = recorded_lib.load_config(folder)
   where = os.path.join(folder, workdir_lib.CONFIG)
   if recorded is None:
     raise errors.MissingFileError(f'config.init_from={init_from!r}: {where}: no recorded run '
                                   'there (training records it)')
   try:
-    recorded_run.check_against_recorded(config, recorded, where, may_differ=MAY_DIFFER)
+    recorded_lib.check_against_recorded(config, recorded, where, may_differ=MAY_DIFFER)
   except errors.UserError as e:
     raise errors.UserError(f'config.init_from={init_from!r}: {e}') from None
   return folder
@@ -87,7 +84,7 @@ def initial_params(state: Any, init_from: str) -> Any:
   """`state` (a fresh one: step 0, Adam's moments zero) with the source run's parameters,
   placed as state.params are."""
   folder, step = source(init_from)
-  loaded = checkpoints.load_params(folder, step=step)
+  loaded = params_lib.load_params(folder, step=step)
   if jax.tree_util.tree_structure(loaded.params) != jax.tree_util.tree_structure(state.params):
     raise errors.UserError(f'config.init_from={init_from!r}: {folder}/{loaded.source} holds '
                            'other parameters than this model has')

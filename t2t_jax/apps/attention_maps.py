@@ -14,7 +14,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from t2t_jax.decoding.translator import Translator
+from t2t_jax.apps.translator import Translator
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import errors
 

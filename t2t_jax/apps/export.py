@@ -125,10 +125,9 @@ from absl import logging
 from t2t_jax.config import rules
 from t2t_jax.data import pipeline
 from t2t_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID
-from t2t_jax.decoding import translator
 from t2t_jax.model.transformer import ModelConfig, sinusoidal_positions
 from t2t_jax.platform import errors, files
-from t2t_jax.training import checkpoints
+from t2t_jax.run import params as params_lib
 
 Params = dict[str, Any]
 StateDict = dict[str, np.ndarray]
@@ -382,8 +381,8 @@ def run_export(config: ml_collections.ConfigDict, workdir: str, output_dir: str)
     raise errors.UserError("config.dataset='synthetic': its ids have no SentencePiece model, "
                            'which MarianTokenizer needs; only runs trained on text export')
   tokenizer = pipeline.load_tokenizer(config, workdir)
-  loaded = checkpoints.load_params(workdir, which=config.decode_params, step=config.restore_step)
-  translator.check_params_match(loaded.params, config, model_config, loaded.source, workdir)
+  loaded = params_lib.load_params(workdir, which=config.decode_params, step=config.restore_step)
+  params_lib.check_params_match(loaded.params, config, model_config, loaded.source, workdir)
   if jax.process_index() != 0:  # one writer, however many processes loaded the parameters
     return
   export_marian(loaded.params, model_config, tokenizer.model_path, output_dir,

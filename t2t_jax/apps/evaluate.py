@@ -13,13 +13,13 @@ import jax
 import ml_collections
 from absl import logging
 
+from t2t_jax.apps.translator import Translator
 from t2t_jax.config import rules
 from t2t_jax.data import pipeline
 from t2t_jax.decoding import bleu
-from t2t_jax.decoding.translator import Translator, one_line
-from t2t_jax.platform import files
+from t2t_jax.decoding.batch_plan import one_line
+from t2t_jax.platform import ahead, files
 from t2t_jax.platform import workdir as workdir_lib
-from t2t_jax.training import ahead
 from t2t_jax.training.train_step import compile_eval_step, eval_metrics
 
 EVAL = 'eval'
