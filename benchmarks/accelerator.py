@@ -203,7 +203,7 @@ def bench_train(size: dict, peak: float, out: str | None, configs: list[str],
   compiled, compile_s = compile_all([p[1] for p in prepared])
   lines = []
   for (fields, _, state, batch), step, seconds in zip(prepared, compiled, compile_s,
-                                                       strict=True):
+                                                      strict=True):
     if isinstance(step, Exception):
       raise step
     step_s, _ = time_steps(step, state, batch, size['steps'])
@@ -385,7 +385,7 @@ def bench_forms(size: dict, peak: float, out: str | None, forms: list[str],
   progress('forms: compiled', t0)
   timed_forms = []
   for (form, fields, _, state, batch), step, seconds in zip(prepared, compiled, compile_s,
-                                                             strict=True):
+                                                            strict=True):
     if isinstance(step, Exception):
       lines.append(failed('forms', form, step, out))
       continue

@@ -135,7 +135,7 @@ def main() -> None:
   parser.add_argument('--rounds', type=int, default=2)
   args = parser.parse_args()
   buckets, packed = (common.emit(line) for line in run(args.config, args.data, args.batches,
-                                                           args.rounds))
+                                                       args.rounds))
   common.emit({'benchmark': 'batching_ratio', 'config': args.config, 'data': args.data,
                'packed_over_buckets_target_tokens_per_s': round(
                    packed['target_tokens_per_s'] / buckets['target_tokens_per_s'], 3)})

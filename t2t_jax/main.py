@@ -1,17 +1,12 @@
 """Command line: `t2t-jax --config=FILE --workdir=DIR [--mode=MODE]` (the same as
-`python -m t2t_jax.main ...` and `python -m t2t_jax ...`).
-
-`--mode=help` lists every --config.KEY with its value and what it does (of --config, of
-the run recorded in --workdir, or of experiments/wmt_ende_base.py).
-
-Parses flags and dispatches; the work happens in the modules named for each mode.
+`python -m t2t_jax.main ...` and `python -m t2t_jax ...`): parses flags and dispatches to the
+module of each mode. `--mode=help` lists every --config.KEY with its value and what it does.
 """
 from __future__ import annotations
 
 if __name__ == '__main__':
-  # Before anything else is imported: this may run the command again in this process, with
-  # glibc's huge pages for XLA's buffers, which saves most of a CPU train step's page faults
-  # (hugepages.py, docs/performance.md).
+  # Before anything else is imported: this may run the command again with glibc's huge pages
+  # for XLA's buffers, saving most of a CPU train step's page faults (hugepages.py).
   from t2t_jax.platform import hugepages
   hugepages.reexec()
 
@@ -33,39 +28,36 @@ from t2t_jax.run import averaging
 from t2t_jax.run import recorded as recorded_lib
 from t2t_jax.training import checkpoints
 
-MODES = rules.MODES
-
-config_flags.DEFINE_config_file('config', None, 'Experiment config file, e.g. '
-                                'experiments/wmt_ende_base.py (or table3.py:ROW). Needed to '
-                                'train; other modes read the run recorded in the workdir '
+config_flags.DEFINE_config_file('config', None, 'Experiment config file, e.g. experiments/'
+                                'wmt_ende_base.py (or table3.py:ROW). Needed to train and for '
+                                'study; other modes read the run recorded in the workdir '
                                 '(DIR/config.json) when it is absent.', lock_config=True)
 flags.DEFINE_string('workdir', None, 'Directory for checkpoints, vocabulary and metrics.')
-flags.DEFINE_enum('mode', 'train', MODES, 'What to do.')
+flags.DEFINE_enum('mode', 'train', rules.MODES, 'What to do.')
 flags.DEFINE_bool('distributed', False, 'Call jax.distributed.initialize() first (multi-host '
                   'runs: TPU pods, Slurm, or JAX_COORDINATOR_ADDRESS and friends set).')
-flags.DEFINE_integer('distributed_start_timeout', 300, 'With --distributed: seconds to wait '
-                     'for every process to connect before stopping with their names.',
-                     lower_bound=1)
+flags.DEFINE_integer('distributed_start_timeout', 300, 'With --distributed: seconds to wait for '
+                     'every process to connect before stopping with their names.', lower_bound=1)
 flags.DEFINE_integer('distributed_timeout', 60, 'With --distributed: seconds without a '
                      'heartbeat from a process after which the others stop (it died).')
-flags.DEFINE_string('input', None, 'translate and score: a file of sentences, one a line, '
-                    'or - for stdin. attention: the sentence itself.')
-flags.DEFINE_string('reference', None, 'score: the file of translations to score, line i '
-                    'that of --input\'s line i.')
-flags.DEFINE_bool('per_token', False, 'score: also each line\'s log P and its tokens\' '
+flags.DEFINE_string('input', None, 'translate and score: a file of sentences, one a line, or - '
+                    'for stdin. attention: the sentence itself.')
+flags.DEFINE_string('reference', None, "score: the file of translations to score, line i that "
+                    "of --input's line i.")
+flags.DEFINE_bool('per_token', False, "score: also each line's log P and its tokens' "
                   'log-probabilities (SCORE ||| LOGPROB ||| t1 t2 ...).')
-flags.DEFINE_string('output', None, 'translate and score: the output file (default: '
-                    'stdout). attention: the folder for the PNGs (default: WORKDIR/attention). '
-                    'export: the Hugging Face MarianMT folder to write (new or empty).')
-flags.DEFINE_integer('n_best', None, 'translate: write the K best translations of each line, '
-                     'as lines `LINE ||| TRANSLATION ||| SCORE` (LINE counted from 0, best '
-                     'first; K ≤ config.beam_size), or K samples with '
-                     'config.decode_method=sample.', lower_bound=1)
-flags.DEFINE_integer('stream_lines', 16, 'translate --input=-: a batch of at most this many '
-                     'lines (typed ones) is decoded in small shapes compiled ahead; more (a '
-                     'pipe\'s), length-sorted as a file is.', lower_bound=1)
-flags.DEFINE_float('stream_wait', 0.1, 'translate --input=-: seconds a batch takes the lines '
-                   'that arrive after its first one.', lower_bound=0)
+flags.DEFINE_string('output', None, 'translate and score: the output file (default: stdout). '
+                    'attention: the folder for the PNGs (default: WORKDIR/attention). export: '
+                    'the Hugging Face MarianMT folder to write (new or empty).')
+flags.DEFINE_integer('n_best', None, 'translate: write the K best translations of each line, as '
+                     'lines `LINE ||| TRANSLATION ||| SCORE` (LINE counted from 0, best first; '
+                     'K ≤ config.beam_size), or K samples with config.decode_method=sample.',
+                     lower_bound=1)
+flags.DEFINE_integer('stream_lines', 16, 'translate --input=-: a batch of at most this many lines '
+                     "(typed ones) is decoded in small shapes compiled ahead; more (a pipe's), "
+                     'length-sorted as a file is.', lower_bound=1)
+flags.DEFINE_float('stream_wait', 0.1, 'translate --input=-: seconds a batch takes the lines that '
+                   'arrive after its first one.', lower_bound=0)
 flags.DEFINE_list('layers', None, 'attention: the layers to plot, e.g. 0,5 (default: all).')
 flags.DEFINE_list('rows', None, 'study: the rows of the study file (experiments/table3.py) to '
                   'train and evaluate, e.g. A_h1,A_h4,B_dk16 (default: every row).')
@@ -73,11 +65,8 @@ flags.DEFINE_bool('traceback', False, 'Show the full traceback of an error.')
 FLAGS = flags.FLAGS
 # Modes that use a trained run: without --config they read the config it recorded.
 RECORDED_MODES = ('average', 'translate', 'score', 'eval', 'attention', 'export')
-# Modes whose work is beam search: on a CPU they run one device per core (xla.configure_cpu).
-DECODING_MODES = ('translate', 'score', 'eval')
-# --config.KEY=VALUE overrides given without --config (of the recorded config): absl knows
-# them only as the overrides of a --config file, so parse_flags takes them out first. Each
-# parse sets them anew, so that main can run command after command in one process.
+# --config.KEY=VALUE overrides of the recorded config (no --config): absl knows them only as a
+# --config file's, so parse_flags takes them out first, anew for each command of a process.
 _recorded_overrides: list[str] = []
 
 
@@ -85,9 +74,8 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   quiet.install()  # one failure, one report: not the libraries' repeats of it
-  # Before anything starts JAX's CPU backend; modes that only decode split a CPU into
-  # one device per core (xla.decoding_devices).
-  xla.configure_cpu(decoding=FLAGS.mode in DECODING_MODES)
+  # Before JAX's CPU backend starts: modes whose work is beam search run a device per core.
+  xla.configure_cpu(decoding=FLAGS.mode in ('translate', 'score', 'eval'))
   try:
     _dispatch()
   except BrokenPipeError:
@@ -102,16 +90,13 @@ def main(argv: list[str]) -> None:
   except Exception as e:  # re-raised unless it is the user's to fix
     if FLAGS.traceback or not errors.is_for_user(e):
       raise  # a bug: its traceback is what a report needs
-    # A config, data, workdir or disk mistake: its message names the key, file or path.
     if not isinstance(e, checkpoints.CheckpointWriteError):
-      sys.exit(f't2t_jax: error: {e}')
-    # A checkpoint on a full disk: orbax's writes still in flight would fail again at
-    # interpreter exit, each with a traceback of its own. What was flushed stays; what was
-    # mid-write is a temporary the next run removes.
+      sys.exit(f't2t_jax: error: {e}')  # its message names the key, file or path
+    # A checkpoint on a full disk: orbax's writes in flight would fail again at exit, each with
+    # a traceback, and TensorStore's threads may still print (from C++), burying the line that
+    # names the folder. What was mid-write is a temporary the next run removes.
     print(f't2t_jax: error: {e}', file=sys.stderr, flush=True)
     logging.flush()
-    # TensorStore's threads may still print (from C++) while the process ends: below the
-    # line that names the folder, they would bury it.
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
     os._exit(1)
 
@@ -134,66 +119,56 @@ def _dispatch() -> None:
     print(f'params: {init_param_count(ModelConfig.from_config(config))}')
     return
   xla.enable_compilation_cache(config.compilation_cache_dir)
-  if FLAGS.mode == 'average':
-    step, steps = averaging.average_checkpoints(FLAGS.workdir, config.average_last,
-                                                  allow_fewer=config.average_allow_fewer,
-                                                  step=config.restore_step,
-                                                  best=config.average_select == 'best')
-    print(f'averaged checkpoints {steps} into {FLAGS.workdir}/averaged/{step}')
-    return
-  if FLAGS.mode in ('translate', 'eval'):
-    if FLAGS.mode == 'eval':
-      scores = evaluate.run_eval(config, FLAGS.workdir)
-      print(json.dumps(scores, indent=2))
-    elif FLAGS.input is None:
+  mode, workdir = FLAGS.mode, FLAGS.workdir
+  if mode == 'average':
+    step, steps = averaging.average_checkpoints(
+        workdir, config.average_last, allow_fewer=config.average_allow_fewer,
+        step=config.restore_step, best=config.average_select == 'best')
+    print(f'averaged checkpoints {steps} into {workdir}/averaged/{step}')
+  elif mode == 'eval':
+    print(json.dumps(evaluate.run_eval(config, workdir), indent=2))
+  elif mode == 'translate':
+    if FLAGS.input is None:
       raise errors.UserError('--mode=translate needs --input=FILE (or - for stdin)')
-    else:
-      translate_command.run_translate(config, FLAGS.workdir, FLAGS.input, FLAGS.output,
-                                      n_best=FLAGS.n_best, stream_lines=FLAGS.stream_lines,
-                                      stream_wait_s=FLAGS.stream_wait)
-    return
-  if FLAGS.mode == 'score':
+    translate_command.run_translate(config, workdir, FLAGS.input, FLAGS.output,
+                                    n_best=FLAGS.n_best, stream_lines=FLAGS.stream_lines,
+                                    stream_wait_s=FLAGS.stream_wait)
+  elif mode == 'score':
     if FLAGS.input is None or FLAGS.reference is None:
       raise errors.UserError('--mode=score needs --input=FILE (the sources) and --reference=FILE '
                              '(their translations, line for line)')
-    translate_command.run_score(config, FLAGS.workdir, FLAGS.input, FLAGS.reference,
-                                FLAGS.output, per_token=FLAGS.per_token)
-    return
-  if FLAGS.mode == 'export':
+    translate_command.run_score(config, workdir, FLAGS.input, FLAGS.reference, FLAGS.output,
+                                per_token=FLAGS.per_token)
+  elif mode == 'export':
     if FLAGS.output is None:
       raise errors.UserError('--mode=export needs --output=DIR (the Hugging Face folder to write)')
-    export.run_export(config, FLAGS.workdir, FLAGS.output)
-    print(f'exported {FLAGS.workdir} to {FLAGS.output} (transformers.MarianMTModel)')
-    return
-  if FLAGS.mode == 'attention':
+    export.run_export(config, workdir, FLAGS.output)
+    print(f'exported {workdir} to {FLAGS.output} (transformers.MarianMTModel)')
+  elif mode == 'attention':
     if FLAGS.input is None:
       raise errors.UserError('--mode=attention needs --input="a sentence"')
-    paths = attention_maps.run(config, FLAGS.workdir, FLAGS.input, FLAGS.output,
-                               layers=FLAGS.layers)
-    print('\n'.join(paths))
-    return
-  if FLAGS.mode == 'study':
+    print('\n'.join(attention_maps.run(config, workdir, FLAGS.input, FLAGS.output,
+                                       layers=FLAGS.layers)))
+  elif mode == 'study':
     _study()
-    return
-  logging.info('Config:\n%s', config)
-  trainer.train_and_evaluate(config, FLAGS.workdir)
+  else:
+    logging.info('Config:\n%s', config)
+    trainer.train_and_evaluate(config, workdir)
 
 
 def _key_help() -> str:
-  """--mode=help's text: the keys of --config, else of the run recorded in --workdir (with
-  the --config.* overrides given), else of the base config as written; each documented by
-  the config files' own comments."""
+  """--mode=help's text: the keys of --config, else of the run recorded in --workdir (with the
+  --config.* overrides given), else of the base config, each with its config file's comment."""
   files = [key_help.BASE]
   if FLAGS.config is not None:
     files.append(config_flags.get_config_filename(FLAGS['config']).partition(':')[0])
-    return key_help.describe(FLAGS.config, tuple(files))
-  recorded = recorded_lib.load_config(FLAGS.workdir) if FLAGS.workdir else None
-  if recorded is not None:
+    config = FLAGS.config
+  elif FLAGS.workdir and (recorded := recorded_lib.load_config(FLAGS.workdir)) is not None:
     where = os.path.join(FLAGS.workdir, workdir_lib.CONFIG)
-    return key_help.describe(recorded_lib.from_recorded(recorded, _recorded_overrides, where),
-                             tuple(files))
-  base = loading.load_module(key_help.BASE, 't2t_jax_config_base').get_config()
-  return key_help.describe(base, tuple(files))
+    config = recorded_lib.from_recorded(recorded, _recorded_overrides, where)
+  else:
+    config = loading.load_module(key_help.BASE, 't2t_jax_config_base').get_config()
+  return key_help.describe(config, tuple(files))
 
 
 def _study() -> None:
@@ -232,12 +207,11 @@ def _config() -> ml_collections.ConfigDict:
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing, except that a --config file, Table 3 row or --config.KEY that does
-  not exist is one line naming the nearest valid names, not a traceback (--traceback: it is).
-  ml_collections reads a --config file's overrides from sys.argv: `argv` is sys.argv, as
-  app.run passes it."""
+  """absl's flag parsing, except that a --config file, Table 3 row or --config.KEY that does not
+  exist is one line naming the nearest valid names, not a traceback (--traceback: it is).
+  `argv` is sys.argv, as app.run passes it: ml_collections reads overrides from there."""
   _recorded_overrides.clear()
-  if _config_argument_absent(argv):
+  if not any(arg.split('=', 1)[0] in ('--config', '-config') for arg in argv[1:]):
     _recorded_overrides.extend(_as_override(arg) for arg in argv if _is_override(arg))
     argv = [arg for arg in argv if not _is_override(arg)]
   try:
@@ -270,10 +244,6 @@ def _as_override(arg: str) -> str:
   if name.startswith('noconfig.'):
     return f'{name[2:]}=false'
   return f'{name}={value}' if equals else f'{name}=true'
-
-
-def _config_argument_absent(argv: list[str]) -> bool:
-  return not any(arg.split('=', 1)[0] in ('--config', '-config') for arg in argv[1:])
 
 
 def _wants_traceback(argv: list[str]) -> bool:

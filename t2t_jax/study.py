@@ -4,27 +4,13 @@ them beside the paper's.
   python -m t2t_jax.main --config=experiments/table3.py --mode=study --workdir=DIR \
       [--rows=A_h1,A_h4,B_dk16] [--config.num_train_steps=N | --config.train_minutes=M]
 
-Each row is a run of its own in DIR/<row>/ (resumable, and open to every other mode), trained
-with the row's config plus the command line's --config.* overrides, which apply to every row
-alike (the budget, data, vocabulary and batch keys). Then it is evaluated as §6.2 did: "on
-the development set, newstest2013. We used beam search as described in the previous section,
-but no checkpoint averaging", by --mode=eval's code (evaluate.run_eval: beam search, BLEU,
-and the perplexity per word-piece of the same parameters). DIR/table3.md and DIR/table3.json
-set each row's measured columns beside Table 3's printed ones; DIR/table3.png plots dev
-perplexity against parameters, and BLEU per row.
-
-Resuming: a row whose training and evaluation finished is recorded in DIR/<row>/study.json
-with the config it ran, and is not trained or evaluated again while that config stays the
-same (a changed one trains on from its checkpoints, is evaluated again and replaced, with a
-warning); a row stopped part-way resumes from its checkpoints (trainer.py), its time budget
-counting the minutes already trained. Rows recorded by an earlier invocation stay in the
-table, marked with the settings they differ in: no result drops out of it. The rows share one
-vocabulary (the first row's, copied), as Table 3's did: perplexities per word-piece compare
-only over the same pieces.
-
-The study file names its rows: `rows()` (all, in the table's order), `get_config(row)`, and
-`paper_row(row)` (the printed columns: N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls,
-train_steps, ppl, bleu, params_millions).
+Each row is a run of its own in DIR/<row>/ (resumable, open to every other mode): the row's
+config with the --config.* overrides, alike for every row (the budget, data, vocabulary and
+batch keys), evaluated as §6.2 did, "on the development set, newstest2013. We used beam search
+as described in the previous section, but no checkpoint averaging" (evaluate.run_eval).
+DIR/table3.md, table3.json and table3.png set each row beside Table 3's printed one. A finished
+row is not run again while its config stays the same (run_row). The study file names its rows:
+`rows()` (in the table's order), `get_config(row)` and `paper_row(row)` (COLUMNS' keys).
 """
 from __future__ import annotations
 
@@ -95,42 +81,22 @@ def row_configs(study: types.ModuleType, rows: Sequence[str] | None,
   configs = {}
   for row in rows:
     config = study.get_config(row)
-    varied = _varied_keys(base, recorded_lib.config_dict(config))
-    for key, value in overrides.items():
+    varied = recorded_lib.config_differences(base, recorded_lib.config_dict(config), prefix='')
+    for key in overrides:
       if key in varied and key.startswith(ROW_KEYS_PREFIXES):
         raise errors.UserError(f'--config.{key}: row {row} sets it (Table 3 varies it there); '
                                f'leave it out, or leave {row} out of --rows')
-      _set(config, key, value)
+    config.update_from_flattened_dict(overrides)
     rules.validate(config, 'study')
     configs[row] = config
   return configs
 
 
-def _varied_keys(base: Mapping[str, Any], row: Mapping[str, Any], path: str = '') -> set[str]:
-  """Dotted keys whose value differs between two config dicts."""
-  keys = set()
-  for key in set(base) | set(row):
-    a, b = base.get(key), row.get(key)
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-      keys |= _varied_keys(a, b, f'{path}{key}.')
-    elif a != b:
-      keys.add(f'{path}{key}')
-  return keys
-
-
-def _set(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
-  *parents, leaf = key.split('.')
-  for parent in parents:
-    config = config[parent]
-  config[leaf] = value
-
-
 def run_study(study_file: str, rows: Sequence[str] | None, overrides: Mapping[str, Any],
               workdir: str) -> list[dict[str, Any]]:
   """--mode=study: trains and evaluates each row in workdir/<row>/ (skipping finished ones),
-  rewriting the tables and the plot after each row. Returns table3.json's rows: this
-  invocation's, and the rows an earlier one recorded in workdir, which never drop out of the
-  table (marked, with the settings they differ in)."""
+  rewriting the tables and the plot after each. Returns table3.json's rows, those an earlier
+  invocation recorded in workdir (_earlier_row) included."""
   study = load_study(study_file)
   configs = row_configs(study, rows, overrides)
   workdir_lib.check_local(workdir)
@@ -141,15 +107,14 @@ def run_study(study_file: str, rows: Sequence[str] | None, overrides: Mapping[st
   for row, config in configs.items():
     measured = run_row(row, config, os.path.join(workdir, row), workdir)
     results[row] = {'row': row, 'measured': measured, 'paper': study.paper_row(row)}
-    table = [results.get(r) or _earlier_row(study, r, overrides, workdir) for r in study.rows()]
-    write_tables(workdir, [entry for entry in table if entry], overrides)
-    # Each row is another model: its compiled steps are never run again, and 20 rows'
-    # worth held in one process is memory the next row's beam search may need (on a 24 GiB
-    # host the 12th row's was killed for memory; the same command, resumed in a fresh
-    # process, finished it).
+    table = [entry for r in study.rows()
+             if (entry := results.get(r) or _earlier_row(study, r, overrides, workdir))]
+    write_tables(workdir, table, overrides)
+    # Each row is another model: its compiled steps never run again, and 20 rows' worth held
+    # in one process is memory the next row's beam search may need.
     jax.clear_caches()
     gc.collect()
-  return [entry for entry in table if entry]
+  return table
 
 
 def _earlier_row(study: types.ModuleType, row: str, overrides: Mapping[str, Any],
@@ -161,9 +126,9 @@ def _earlier_row(study: types.ModuleType, row: str, overrides: Mapping[str, Any]
   if record is None:
     return None
   config = study.get_config(row)
-  for key, value in overrides.items():
-    _set(config, key, value)
-  differ = _varied_keys(_what(record['config']), _what(recorded_lib.config_dict(config)))
+  config.update_from_flattened_dict(overrides)
+  differ = recorded_lib.config_differences(_what(record['config']),
+                                           _what(recorded_lib.config_dict(config)), prefix='')
   measured = dict(record['measured'], earlier_invocation=True, differs_in=sorted(differ))
   return {'row': row, 'measured': measured, 'paper': study.paper_row(row)}
 
@@ -172,16 +137,18 @@ def run_row(row: str, config: ml_collections.ConfigDict, row_dir: str, study_dir
             ) -> dict[str, Any]:
   """One row: trained (resuming), evaluated on dev without averaging, recorded."""
   settings = recorded_lib.config_dict(config)
-  record = _read_json(os.path.join(row_dir, ROW_RECORD))
-  if record is not None and _what(record.get('config', {})) == _what(settings):
-    logging.info('Row %s: finished before (%s); not trained or evaluated again.', row,
-                 os.path.join(row_dir, ROW_RECORD))
-    return record['measured']
+  record_path = os.path.join(row_dir, ROW_RECORD)
+  record = _read_json(record_path)
   if record is not None:
-    differ = sorted(_varied_keys(_what(record.get('config', {})), _what(settings)))
+    recorded = _what(record.get('config', {}))
+    if recorded == _what(settings):
+      logging.info('Row %s: finished before (%s); not trained or evaluated again.', row,
+                   record_path)
+      return record['measured']
+    differ = recorded_lib.config_differences(recorded, _what(settings), prefix='')
     logging.warning('Row %s: %s was made with other settings (%s); training on from its '
-                    'checkpoints and evaluating again, then replacing it.', row,
-                    os.path.join(row_dir, ROW_RECORD), ', '.join(differ))
+                    'checkpoints and evaluating again, then replacing it.', row, record_path,
+                    ', '.join(sorted(differ)))
   _share_vocabulary(config, row_dir, study_dir)
   logging.info('Row %s: training in %s', row, row_dir)
   trainer.train_and_evaluate(config, row_dir)
@@ -191,7 +158,7 @@ def run_row(row: str, config: ml_collections.ConfigDict, row_dir: str, study_dir
   measured['eval_minutes'] = round((time.monotonic() - start) / 60, 2)
   if jax.process_index() == 0:
     text = json.dumps({'row': row, 'config': settings, 'measured': measured}, indent=2)
-    files.write_text(os.path.join(row_dir, ROW_RECORD), text + '\n')
+    files.write_text(record_path, text + '\n')
   return measured
 
 
@@ -218,8 +185,9 @@ def measure(config: ml_collections.ConfigDict, scores: Mapping[str, Any], row_di
 
 
 def _share_vocabulary(config: ml_collections.ConfigDict, row_dir: str, study_dir: str) -> None:
-  """Before a row's first training: the vocabulary (and encoded data) of an earlier row
-  trained from the same text and settings, so that every row has the same word-pieces."""
+  """Before a row's first training: the vocabulary (and encoded data) of an earlier row trained
+  from the same text and settings, as Table 3's rows shared one: perplexities per word-piece
+  compare only over the same pieces."""
   if os.path.exists(os.path.join(row_dir, 'vocab')) or jax.process_index() != 0:
     return
   wanted = {key: config.get(key) for key in VOCABULARY_KEYS}
@@ -315,24 +283,22 @@ def _cell(value: Any, key: str, printed: bool = False) -> str:
 
 def plot(results: list[dict[str, Any]], path: str) -> None:
   """Dev perplexity against parameters (measured and paper), and BLEU per row."""
-  import matplotlib  # only --mode=study and --mode=attention draw: importing it costs ~1 s
+  import matplotlib  # only --mode=study and --mode=attention draw: importing it is slow
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # after use('Agg'): no display needed
   fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-  for source, marker in (('measured', 'o'), ('paper', 'x')):
+  positions = range(len(results))
+  for source, marker, shift in (('measured', 'o', -0.2), ('paper', 'x', 0.2)):
     xs = [r[source]['params_millions'] for r in results]
     ys = [r[source]['ppl'] for r in results]
     left.scatter(xs, ys, marker=marker, label=source)
     for x, y, r in zip(xs, ys, results, strict=True):
       left.annotate(r['row'], (x, y), fontsize=7, textcoords='offset points', xytext=(3, 3))
+    # Each row's two bars side by side, 0.4 wide.
+    right.bar([i + shift for i in positions], [r[source]['bleu'] for r in results], 0.4,
+              label=source)
   left.set(xscale='log', yscale='log', xlabel='parameters ×10⁶', ylabel='dev perplexity')
   left.legend()
-  positions = range(len(results))
-  width = 0.4
-  right.bar([i - width / 2 for i in positions], [r['measured']['bleu'] for r in results],
-            width, label='measured')
-  right.bar([i + width / 2 for i in positions], [r['paper']['bleu'] for r in results],
-            width, label='paper')
   right.set_xticks(list(positions), [r['row'] for r in results], rotation=60, fontsize=7)
   right.set(ylabel='dev BLEU (tokenized)')
   right.legend()

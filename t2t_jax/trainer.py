@@ -2,8 +2,7 @@
 
 data (§5.1) -> the compiled train step (train_step.py) -> logs and dev metrics -> checkpoints
 (checkpoints.py) -> dev BLEU with beam search (batch_plan.py), until num_train_steps,
-config.train_minutes, or SIGTERM/SIGINT (after a clean save). It sits above the stages it
-drives: only main.py imports it.
+config.train_minutes, or SIGTERM/SIGINT (after a clean save).
 """
 from __future__ import annotations
 
@@ -46,12 +45,9 @@ class TrainingDiverged(errors.UserError, FloatingPointError):
 
 
 class StoppedBySignal(Exception):
-  """SIGTERM or SIGINT stopped training after a checkpoint was saved.
-
-  Not a success: the command line exits with `exit_status` (128 + signal, as a shell reports
-  a process killed by that signal), so schedulers, `until` loops and make see an unfinished
-  run.
-  """
+  """SIGTERM or SIGINT stopped training after a checkpoint was saved: not a success, so the
+  command line exits with `exit_status`, 128 + signal, as a shell reports a process killed by
+  it (schedulers, `until` loops and make see an unfinished run)."""
 
   def __init__(self, signum: int, step: int):
     self.signum, self.step, self.exit_status = signum, step, 128 + signum
@@ -123,10 +119,8 @@ def _is_due(step: int, every: int, last: int) -> bool:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
-  """Trains in `workdir`, which one trainer at a time may hold (see workdir.training_lock).
-
-  Raises StoppedBySignal after saving, when SIGTERM or SIGINT stopped the run.
-  """
+  """Trains in `workdir`, which one trainer at a time may hold (workdir.training_lock);
+  raises StoppedBySignal after saving, when SIGTERM or SIGINT stopped the run."""
   rules.validate(config, 'train')
   model_config = ModelConfig.from_config(config)
   workdir_lib.check_local(workdir)
@@ -228,7 +222,7 @@ def _compile_ahead(config: ml_collections.ConfigDict, model_config: ModelConfig,
   _, inputs = batch_plan.encode_inputs(datasets.dev.sources, datasets.tokenizer,
                                        batch_plan.max_input_length(model_config, config))
   search = ahead.searches(batch_plan.make_sharded_decoder(model_config, config, mesh,
-                                                         vocabulary=datasets.tokenizer),
+                                                          vocabulary=datasets.tokenizer),
                           state.params, batch_plan.batch_shapes(inputs, config, mesh.size),
                           mesh, pool=pool, name='dev BLEU beam search')
   return train_fn, eval_fn, search, pool
@@ -238,10 +232,10 @@ def _load_data(config: ml_collections.ConfigDict, workdir: str, mesh: Mesh) -> p
   """data.Datasets of this process; in a multi-process run, process 0 builds what goes to
   disk first, and every process must end with the same config, vocabulary and data."""
   datasets = pipeline.get_datasets(config, workdir, num_devices=mesh.size,
-                               process_index=jax.process_index(),
-                               process_count=jax.process_count(),
-                               once=distributed.first_then_others,
-                               grad_accum_steps=config.grad_accum_steps)
+                                   process_index=jax.process_index(),
+                                   process_count=jax.process_count(),
+                                   once=distributed.first_then_others,
+                                   grad_accum_steps=config.grad_accum_steps)
   distributed.check_same({
       'config': json.dumps(recorded.config_dict(config), sort_keys=True),
       'vocabulary': vocabulary.fingerprint(datasets.tokenizer),

@@ -1,8 +1,6 @@
-"""`--mode=translate` and `--mode=score` as the command line runs them: a file read whole, or
-stdin as a stream whose lines are answered as they arrive (Marian's and fairseq-interactive's
-use), and the output formats (one line a translation, Moses-style n-best, scores).
-
-The decoding itself is the Translator's (apps/translator.py); this is its command line.
+"""`--mode=translate` and `--mode=score`, the Translator's (apps/translator.py) command line: a
+file read whole, or stdin as a stream whose lines are answered as they arrive (Marian's and
+fairseq-interactive's use), and the output formats (a line a translation, Moses' n-best, scores).
 """
 from __future__ import annotations
 
@@ -26,9 +24,8 @@ from t2t_jax.decoding import scoring
 from t2t_jax.decoding.batch_plan import INTERACTIVE_ROWS
 from t2t_jax.platform import ahead, errors, files
 
-# --n_best=K output: K lines per input line, `INDEX ||| TRANSLATION ||| SCORE`, INDEX the
-# input line's number counted from 0, best first: Moses' and Marian's n-best fields without
-# their third, the features.
+# --n_best=K output: K lines per input line, `INDEX ||| TRANSLATION ||| SCORE` (INDEX counted
+# from 0, best first): Moses' and Marian's n-best fields without their third, the features.
 NBEST_SEPARATOR = ' ||| '
 
 
@@ -68,11 +65,9 @@ def arriving_batches(binary: BinaryIO, name: str, *, wait_s: float,
                      max_lines: int = STREAM_MAX_LINES,
                      on_end: Callable[[], None] | None = None) -> Iterator[list[str]]:
   """Lines of a stream in batches as they arrive: a batch is its first line and every line
-  that has arrived by `wait_s` seconds after it, at most `max_lines`. Lines typed one at a
-  time come one a batch; a pipe's come together, as many as have arrived, like a file's.
-  `on_end()` is called when the end of the stream is read, before its last batch is given.
-  A line that cannot be read raises, after the batches of the lines before it.
-  """
+  that has arrived by `wait_s` seconds after it, at most `max_lines` (typed lines come one a
+  batch, a pipe's together). `on_end()` is called when the end of the stream is read, before
+  its last batch is given. A line that cannot be read raises, after the batches before it."""
   lines: queue.Queue = queue.Queue()
   # A daemon thread: blocked in a read, it must not keep a finished process alive.
   threading.Thread(target=_read_stream, args=(binary, name, lines), daemon=True).start()
@@ -82,38 +77,33 @@ def arriving_batches(binary: BinaryIO, name: str, *, wait_s: float,
       raise item
     batch, deadline = [item], time.monotonic() + wait_s
     item = None  # what ended the batch: None (full, or the wait is over), _END or an error
-    while len(batch) < max_lines:
+    while item is None and len(batch) < max_lines:
       try:
         item = lines.get(timeout=max(deadline - time.monotonic(), 0))
       except queue.Empty:
+        break
+      if isinstance(item, str):
+        batch.append(item)
         item = None
-        break
-      if not isinstance(item, str):
-        break
-      batch.append(item)
-      item = None
+    if item is None:  # give the batch, then wait for the next line
+      yield batch
+      batch, item = [], lines.get()
     if item is _END and on_end is not None:
       on_end()
-    yield batch
-    if item is None:
-      item = lines.get()
-      if item is _END and on_end is not None:
-        on_end()
+    if batch:
+      yield batch
 
 
 def stream(translator: Translator, binary: BinaryIO, out: BinaryIO, *, name: str = '<stdin>',
            n_best: int | None = None, small_lines: int = INTERACTIVE_ROWS,
            wait_s: float = 0.1, max_lines: int = STREAM_MAX_LINES,
            on_end: Callable[[], None] | None = None) -> int:
-  """Translates the lines of `binary` as they arrive (arriving_batches) and writes each
-  batch's output lines to `out`, flushed at once: a translation never waits for the end of
-  the input. A batch of at most `small_lines` lines is decoded in small batches of fixed
-  shapes (interactive_shapes, those Translator.compile_ahead compiles with max_rows =
-  small_lines); a larger one, length-sorted as a file is, with its progress in the log.
-  Returns the number of lines translated."""
+  """Translates the lines of `binary` as they arrive (arriving_batches), each batch's output
+  written to `out` and flushed at once; returns the number of lines translated. A batch of at
+  most `small_lines` lines is decoded in the small shapes Translator.compile_ahead compiles
+  (max_rows = small_lines); a larger one, length-sorted as a file is, its progress logged."""
   done = 0
-  for batch in arriving_batches(binary, name, wait_s=wait_s, max_lines=max_lines,
-                                on_end=on_end):
+  for batch in arriving_batches(binary, name, wait_s=wait_s, max_lines=max_lines, on_end=on_end):
     small = len(batch) <= small_lines
     results = translator.translate(batch, n_best=n_best, first_line=done + 1,
                                    max_rows=small_lines if small else 0, show_progress=not small)
@@ -123,29 +113,17 @@ def stream(translator: Translator, binary: BinaryIO, out: BinaryIO, *, name: str
   return done
 
 
-def check_n_best_flag(n_best: int | None, config: ml_collections.ConfigDict) -> None:
-  """--n_best: up to the beam's hypotheses (greedy decoding: one beam), up to MAX_SAMPLES
-  samples."""
-  if n_best is not None and not 1 <= n_best <= n_best_bound(config.decode_method, None, config):
-    raise errors.UserError(f'--n_best={n_best}: '
-                           f'{n_best_limit(config.decode_method, None, config)}')
-
-
 def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: str,
                   output_path: str | None, *, n_best: int | None = None,
                   stream_lines: int = 16, stream_wait_s: float = 0.1) -> None:
-  """--mode=translate: lines of `input_path` to `output_path` (None = stdout).
-
-  A file is read whole and decoded in length-sorted batches. '-' (stdin) is a stream: its
-  lines are translated in batches as they arrive (`stream`: lines typed one by one, each
-  at once, in small batches of at most `stream_lines` whose shapes are compiled ahead; a
-  pipe's, many at a time, as a file's), and each batch's output is flushed at once
-  (multi-process runs read stdin whole: every process must decode the same batches).
-  Line i of the output is the translation of line i of the input (n-best: its lines start
-  with i - 1): both are split on '\n' alone, stdin exactly like a file (sources.read_lines),
-  and no translation holds a line break.
-  """
-  check_n_best_flag(n_best, config)
+  """--mode=translate: lines of `input_path` to `output_path` (None = stdout). A file is read
+  whole and decoded in length-sorted batches; '-' (stdin) is a stream (`stream`), but read whole
+  by multi-process runs, whose processes must decode the same batches. Line i of the output
+  translates line i of the input (n-best: its lines start with i - 1): both are split on '\n'
+  alone (sources.read_lines), and no translation holds one."""
+  method = config.decode_method
+  if n_best is not None and not 1 <= n_best <= n_best_bound(method, None, config):
+    raise errors.UserError(f'--n_best={n_best}: {n_best_limit(method, None, config)}')
   # Before any decoding: a mistake in where the output goes costs seconds, not the run.
   if output_path is not None:
     files.check_writable_file(output_path, 'the translations')
@@ -155,28 +133,21 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
   if input_path == '-' and jax.process_count() == 1:
     with translator, stream_output(output_path) as out:
       _stream_ahead(translator, stream_lines, n_best)
-      # At the end of the input nothing more is compiled ahead: the process ends once the
-      # last lines are written and the compilations running then are done (XLA cannot stop
-      # one; a thread that would not be waited for aborts the process as it exits).
+      # At the end of the input nothing more is compiled ahead (translator.close), and the
+      # running compilations finish: XLA cannot stop one, and a thread not waited for aborts
+      # the process as it exits.
       count = stream(translator, sys.stdin.buffer, out, n_best=n_best, small_lines=stream_lines,
                      wait_s=stream_wait_s, on_end=translator.close)
     logging.info('Translated %d lines of <stdin>.', count)
     return
-  text = format_results(translator.translate(sources.read_lines(input_path), n_best=n_best))
-  if output_path is not None:
-    if jax.process_index() == 0:  # one copy, however many processes decoded
-      files.write_text(output_path, text)
-  elif jax.process_index() == 0:
-    sys.stdout.flush()
-    sys.stdout.buffer.write(text.encode('utf-8'))  # UTF-8 whatever the locale's encoding
-    sys.stdout.buffer.flush()
+  _write(format_results(translator.translate(sources.read_lines(input_path), n_best=n_best)),
+         output_path)
 
 
 def _stream_ahead(translator: Translator, stream_lines: int, n_best: int | None) -> None:
-  """A stream's search compiled in the background for every small batch's shape, up to the
-  lengths the model can meet (Translator.ahead_length), so that lines typed later wait for
-  none; with config.compile_ahead, on a host with cores to spare (ahead.default_threads:
-  elsewhere those compilations would take the cores decoding needs)."""
+  """With config.compile_ahead on a host with cores to spare (ahead.default_threads), a stream's
+  search compiled in the background for every small batch's shape up to the lengths the model
+  can meet (Translator.ahead_length), so that lines typed later wait for none."""
   threads = ahead.default_threads() if translator.config.compile_ahead else 0
   if not threads:
     logging.info('Compiling as shapes are met (%s); the compilation cache keeps them.',
@@ -197,16 +168,21 @@ def run_score(config: ml_collections.ConfigDict, workdir: str, input_path: str,
     raise errors.UserError(f'--input={input_path} has {len(sources_)} lines, '
                            f'--reference={reference_path} {len(targets)}: give a reference '
                            'line for each input line')
-  text = scoring.format_scores(Translator(config, workdir, mode='translate').score(
-      sources_, targets), per_token=per_token)
-  if jax.process_index() != 0:  # one copy, however many processes scored
+  scored = Translator(config, workdir, mode='translate').score(sources_, targets)
+  _write(scoring.format_scores(scored, per_token=per_token), output_path)
+
+
+def _write(text: str, path: str | None) -> None:
+  """`text` to the file `path`, else to stdout as UTF-8 whatever the locale's encoding; by
+  process 0 alone: one copy, however many processes decoded."""
+  if jax.process_index() != 0:
     return
-  if output_path is not None:
-    files.write_text(output_path, text)
-  else:
-    sys.stdout.flush()
-    sys.stdout.buffer.write(text.encode('utf-8'))
-    sys.stdout.buffer.flush()
+  if path is not None:
+    files.write_text(path, text)
+    return
+  sys.stdout.flush()
+  sys.stdout.buffer.write(text.encode('utf-8'))
+  sys.stdout.buffer.flush()
 
 
 @contextlib.contextmanager

@@ -97,7 +97,7 @@ def train_program(platform: str, grad_accum_steps: int, packed: bool = False) ->
   train, _ = train_step.compile_steps(c, tx, config.label_smoothing, mesh,
                                       grad_accum_steps=grad_accum_steps)
   return jax.export.export(train, platforms=[platform])(abstract_state(c, tx),
-                                                         batch_shapes(packed=packed)).mlir_module()
+                                                        batch_shapes(packed=packed)).mlir_module()
 
 
 def assert_accelerator_forms(text: str) -> list[Dot]:
@@ -173,7 +173,7 @@ def test_the_cpu_program_has_the_cpu_forms_these_tests_look_for():
   train, _ = train_step.compile_steps(c.replace(dtype='bfloat16'), tx, config.label_smoothing,
                                       mesh)
   text = jax.export.export(train, platforms=['cpu'])(abstract_state(c, tx),
-                                                    batch_shapes()).mlir_module()
+                                                     batch_shapes()).mlir_module()
   assert kernels.CPU_SCOPE in text and 'optimization_barrier' in text
   with pytest.raises(AssertionError):
     assert_accelerator_forms(text)
@@ -189,7 +189,7 @@ def lever_train_program(platform: str, forms: str, dtype: str = 'bfloat16') -> s
   mesh = mesh_lib.make_mesh(jax.devices()[:1])
   train, _ = train_step.compile_steps(c, tx, config.label_smoothing, mesh)
   return jax.export.export(train, platforms=[platform])(abstract_state(c, tx),
-                                                         batch_shapes()).mlir_module()
+                                                        batch_shapes()).mlir_module()
 
 
 def token_vocabulary_indexing(text: str, vocab_size: int) -> list[str]:

@@ -39,7 +39,7 @@ def test_batch_shapes_are_those_of_the_batches_to_come(tmp_path, num_devices, gr
   next one, in the order they first come; the dev set's likewise."""
   config = files_config(tmp_path)
   datasets = pipeline.get_datasets(config, str(tmp_path / 'work'), num_devices=num_devices,
-                               grad_accum_steps=grad_accum_steps)
+                                   grad_accum_steps=grad_accum_steps)
   batches = datasets.train
   epoch_length = batches.plan(0).num_batches
   assert epoch_length > 4

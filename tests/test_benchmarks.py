@@ -372,7 +372,7 @@ def test_a_swapped_form_is_undone_whatever_happens(bench):
 
 
 def test_the_demo_and_compile_parts_read_the_processes_they_start(bench, tmp_path,
-                                                                    monkeypatch):
+                                                                  monkeypatch):
   """accelerator.py's demo and compile parts, the processes they start replaced by what those
   print: make demo's modes in one fresh workdir with the cache off, each line with its
   compilations; the compile probe over one cache, cold then warm. (The modes themselves run
@@ -422,7 +422,7 @@ def test_the_demo_and_compile_parts_read_the_processes_they_start(bench, tmp_pat
   assert [(line['cache'], line['compile_s']) for line in compile_lines] == [
       ('cold', 9.0), ('warm', 0.25)]
   assert [argv[1:] for argv, _ in calls] == [[accelerator.__file__, '--probe-compile',
-                                               '--size', 'tiny']] * 2
+                                              '--size', 'tiny']] * 2
   assert len(open(out).readlines()) == 8
 
 
@@ -443,8 +443,8 @@ def test_interactive_requests_after_compiling_ahead(bench, tiny, monkeypatch, ca
 
 @pytest.mark.e2e
 def test_interactive_feeds_translate_alike_from_a_file_stdin_and_a_pipe(bench, tiny_workdir,
-                                                                       monkeypatch, capsys,
-                                                                       tmp_path):
+                                                                        monkeypatch, capsys,
+                                                                        tmp_path):
   """interactive.py --workdir: the same lines by translate's three feeds, real commands."""
   interactive = bench('interactive')
   (tmp_path / 'lines.txt').write_text('5 6 7\n\n11 12\n9 9 9 9\n')

@@ -114,7 +114,7 @@ def test_table2_configs_keep_test_set_and_averaging():
                                     (wmt_enfr_big.get_config, 20, 1.0)):
     config = get()
     assert (config.eval_split, config.decode_params, config.average_last) == ('test', 'auto',
-                                                                             last)
+                                                                              last)
     assert config.checkpoint_every_steps == round(10 * 60 / seconds_a_step)
     assert config.checkpoint_every_minutes == 0
 
@@ -262,7 +262,7 @@ def test_decode_tokens_per_batch_0_is_per_platform():
   config = demo.get_config()
   assert config.decode_tokens_per_batch == 0
   assert [rules.decode_tokens_of(config, b) for b in ('cpu', 'gpu', 'tpu')] == [4096, 16384,
-                                                                              16384]
+                                                                                16384]
   config.decode_tokens_per_batch = 1000
   assert rules.decode_tokens_of(config, 'gpu') == 1000
 
@@ -307,7 +307,7 @@ def test_model_rules_cover_every_model_config_field():
 @pytest.mark.parametrize('changes,message', [
     ({'source_lang': 'de', 'target_lang': 'de'}, r'config\.target_lang: must differ'),
     ({'keep_checkpoints': 4, 'average_last': 5}, r'config\.average_last: must be ≤ '
-                                                  r'config\.keep_checkpoints \(4\)'),
+     r'config\.keep_checkpoints \(4\)'),
     ({'model.positional': 'learned', 'model.max_len': 255},
      r'config\.model\.max_len: must be ≥ config\.max_length \(256\)'),
     ({'model.positional': 'learned', 'decode_extra_length': 512},
@@ -483,12 +483,9 @@ def test_modes_are_main_py_s():
   from the source: importing main would define its absl flags)."""
   with open(os.path.join(ROOT, 't2t_jax', 'main.py'), encoding='utf-8') as f:
     tree = ast.parse(f.read())
-  modes = [ast.unparse(node.value) for node in tree.body if isinstance(node, ast.Assign)
-           and any(getattr(t, 'id', None) == 'MODES' for t in node.targets)]
-  assert modes == ['rules.MODES']
   enum = [call for call in ast.walk(tree) if isinstance(call, ast.Call)
           and ast.unparse(call.func) == 'flags.DEFINE_enum' and call.args[0].value == 'mode']
-  assert len(enum) == 1 and ast.unparse(enum[0].args[2]) == 'MODES'
+  assert len(enum) == 1 and ast.unparse(enum[0].args[2]) == 'rules.MODES'
 
 
 @pytest.mark.e2e
@@ -510,7 +507,7 @@ def test_the_rules_import_no_other_module_of_the_project():
        'print(sorted(m for m in sys.modules if m.startswith("t2t_jax")))'],
       cwd=ROOT, capture_output=True, text=True, check=True).stdout
   assert ast.literal_eval(loaded) == ['t2t_jax', 't2t_jax.config', 't2t_jax.config.rules',
-                                     't2t_jax.platform', 't2t_jax.platform.errors']
+                                      't2t_jax.platform', 't2t_jax.platform.errors']
 
 
 def test_check_model_wants_the_resolved_dtype():
@@ -626,8 +623,8 @@ def test_configs_build_on_each_other_by_path_from_any_directory(tmp_path):
             ('table3', ['big'], table3.get_config('big')),
             ('table3', ['C_N2'], table3.get_config('C_N2'))]
   loads = [(os.path.join(ROOT, 'experiments', f'{name}.py'), args) for name, args, _ in wanted]
-  script = ('import sys\nfrom t2t_jax.config import command_line\n'
-            'print([command_line._load_config(path, args).to_json()\n'
+  script = ('import sys\nfrom t2t_jax.config import loading\n'
+            "print([loading.load_module(path, 'config').get_config(*args).to_json()\n"
             f'       for path, args in {loads!r}])\n'
             "print('experiments' in sys.modules)\n")
   env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}  # sys.path[0]: tmp_path
@@ -642,7 +639,7 @@ def test_configs_build_on_each_other_by_path_from_any_directory(tmp_path):
 # experiments/wmt_ende_base_colab.py: the base model on one 16 GiB accelerator (Colab's TPU v5e
 # chip, a single GPU), loaded by path as --config loads it.
 wmt_ende_base_colab = loading.load_sibling(os.path.join(ROOT, 'experiments', 'x.py'),
-                                              'wmt_ende_base_colab')
+                                           'wmt_ende_base_colab')
 FREE_DRIVE_BYTES = 15e9  # a free Google Drive
 
 

@@ -139,7 +139,7 @@ def test_a_restored_state_gives_the_next_10_batches(files_run, saved_on, resumed
 
   def iterator(num_devices, grad_accum_steps):
     return pipeline.get_datasets(config, workdir, num_devices=num_devices,
-                             grad_accum_steps=grad_accum_steps).train
+                                 grad_accum_steps=grad_accum_steps).train
   train = iterator(*saved_on)
   for _ in range(train.plan(0).num_batches - 4):  # the next 10 cross an epoch
     next(train)
@@ -210,8 +210,8 @@ TOPOLOGIES = [(1, 1, 1), (2, 1, 1), (4, 1, 1), (8, 1, 1), (2, 2, 1), (4, 2, 1), 
 
 def topology_iterators(config, workdir, num_devices, process_count, grad_accum_steps=1):
   return [pipeline.get_datasets(config, workdir, num_devices=num_devices, process_index=p,
-                            process_count=process_count,
-                            grad_accum_steps=grad_accum_steps).train
+                                process_count=process_count,
+                                grad_accum_steps=grad_accum_steps).train
           for p in range(process_count)]
 
 
@@ -262,7 +262,7 @@ def test_each_process_gets_its_block_of_rows(files_run):
   config, _, workdir = files_run
   whole = pipeline.get_datasets(config, workdir, num_devices=4).train
   parts = [pipeline.get_datasets(config, workdir, num_devices=4, process_index=p,
-                             process_count=2).train for p in range(2)]
+                                 process_count=2).train for p in range(2)]
   for _ in range(2 * whole.plan(0).num_batches):
     batch = next(whole)
     local = [next(part) for part in parts]
@@ -275,7 +275,7 @@ def test_each_process_gets_its_block_of_rows(files_run):
 def test_eval_sets_keep_every_pair_in_few_shapes(files_run, num_devices, process_count):
   config, ds, workdir = files_run
   parts = [pipeline.get_datasets(config, workdir, num_devices=num_devices, process_index=p,
-                             process_count=process_count) for p in range(process_count)]
+                                 process_count=process_count) for p in range(process_count)]
   for name, n in (('dev', 60), ('test', 50)):
     evals = [getattr(part, name) for part in parts]
     sources, references = (open(f'{config[name + "_files"]}.{lang}', encoding='utf-8')
@@ -565,7 +565,7 @@ def test_every_dataset_kind_is_dispatched_and_honours_the_protocols(tmp_path):
   config.dataset, config.vocab_size, config.max_length, config.tokens_per_batch = (
       'synthetic', 20, 8, 64)
   ds = pipeline.get_datasets(config, str(tmp_path), num_devices=8, process_index=1,
-                         process_count=2, grad_accum_steps=3)
+                             process_count=2, grad_accum_steps=3)
   for part, protocol in ((ds.tokenizer, pipeline.Vocabulary), (ds.train, pipeline.TrainBatches),
                          (ds.dev, pipeline.EvalSplit), (ds.test, pipeline.EvalSplit)):
     missing = [name for name in dir(protocol) if not name.startswith('_')

@@ -369,7 +369,7 @@ def test_row_max_and_log_probs_equal_jnp_max_and_log_softmax():
   finite = x[2:]
   limits = np.full((4,), 100)
   ours = jax.jit(decode._next_log_probs, static_argnums=(3, 4))(finite, 0, limits, EOS,
-                                                                  kernels.row_max)
+                                                                kernels.row_max)
   reference = jax.nn.log_softmax(finite, axis=-1)
   reference = np.where(np.arange(37000) == PAD_ID, -np.inf, reference)
   np.testing.assert_array_equal(ours, reference)
@@ -418,7 +418,7 @@ def _python_beam_search(params, config, src_row, extra_length, alpha, beam, n_be
   for t in range(limit):
     prefixes = [prefix for prefix, _ in live] + [[]] * (beam - len(live))  # one shape
     logits = full_logits_fn(config)(params, np.repeat(src_row[None], beam, axis=0),
-                                     padded(prefixes, width))
+                                    padded(prefixes, width))
     logp = log_softmax64(logits[:len(live), t])  # [live, v]
     logp[:, PAD_ID] = -np.inf
     if t + 1 == limit:  # only EOS may follow
@@ -456,7 +456,7 @@ def test_wide_beam_n_best_equals_exhaustive_top_n(seed, alpha):
   assert ids.shape == (2, 8, 4) and scores.shape == (2, 8)
   for row in range(len(src)):
     _check_n_best(ids[row], scores[row], _exhaustive_n_best(params, EXACT, src[row], 1,
-                                                             alpha, 8))
+                                                            alpha, 8))
 
 
 @pytest.mark.parametrize('beam,n_best', [(3, 3), (4, 2)])

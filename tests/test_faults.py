@@ -50,7 +50,7 @@ def test_translating_into_a_folder_is_refused_before_decoding(run, tmp_path, mon
   for output, named in ((tmp_path, 'is a folder'), (tmp_path / 'no' / 'out.txt', 'no folder')):
     with pytest.raises(errors.UserError, match=named):
       translate_command.run_translate(tiny_config(), run, str(tmp_path / 'in.txt'),
-                               str(output))
+                                      str(output))
   with pytest.raises(errors.UserError, match='is a folder'):
     files.write_text(str(tmp_path), 'text\n')
   assert (tmp_path / 'in.txt').read_text() == '5 6 7\n'

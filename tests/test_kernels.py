@@ -30,7 +30,7 @@ def test_hash_bits_are_uniform_and_independent():
   assert abs((flat[1:] & flat[:-1]).mean() - 0.81) < 0.002  # and of its neighbour
   x = jnp.ones((400, 500))
   y = np.asarray(model_lib.Dropout(0.3, kernels.hash_bits).apply({}, x, deterministic=False,
-                                              rngs={'dropout': key}))
+                                                                 rngs={'dropout': key}))
   np.testing.assert_allclose(np.unique(y), [0.0, 1 / 0.7], rtol=1e-6)
   assert abs((y > 0).mean() - 0.7) < 0.005
   dropout = model_lib.Dropout(0.3, kernels.hash_bits)
@@ -161,11 +161,11 @@ def test_square_and_tall_kernels_get_their_gradients_in_the_faster_forms():
     return 'lhs_contracting_dims={0}' in hlo
 
   tall, plain_tall = (compiled(f, jnp.ones((k, n))) for f in (kernels.flat_dot_general,
-                                                             jax.lax.dot_general))
+                                                              jax.lax.dot_general))
   assert products(tall) == {(rows, k), (n, k)}
   assert (k, n) in products(plain_tall)  # what it replaces
   square, plain_square = (compiled(f, jnp.ones((n, n))) for f in (kernels.flat_dot_general,
-                                                                 jax.lax.dot_general))
+                                                                  jax.lax.dot_general))
   assert not contracts_rows(square) and re.search(rf'= f32\[{n},{rows}\]\S* (?:fusion|copy)',
                                                   square)
   assert contracts_rows(plain_square)

@@ -70,7 +70,7 @@ def test_loss_and_gradient_match_a_float64_rederivation(form):
   np.testing.assert_allclose(nll_grad, w * (np.exp(log_p) - one_hot), atol=1e-5)
   sums = losses.cross_entropy_sums(logits, targets, label_smoothing=eps, form=form)
   np.testing.assert_allclose(sums.nll, -np.sum(np.take_along_axis(log_p, targets[..., None], -1)
-                                                * w), rtol=1e-5)
+                                               * w), rtol=1e-5)
   assert float(sums.correct) == float(np.sum((z.argmax(-1) == targets) * w[..., 0]))
 
 

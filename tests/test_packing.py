@@ -168,7 +168,7 @@ def test_the_bucketed_and_packed_plans_do_not_resume_each_other(packed_run):
 
 @pytest.mark.parametrize('num_devices,process_count', [(1, 1), (8, 2)])
 def test_the_dev_set_is_packed_into_one_shape_and_keeps_every_pair(packed_run, num_devices,
-                                                                    process_count):
+                                                                   process_count):
   config, datasets, workdir = packed_run
   sets = [pipeline.load_eval_set(config, workdir, 'dev', tokenizer=datasets.tokenizer,
                                  num_devices=num_devices, process_index=p,

@@ -140,7 +140,7 @@ def _chi_square(counts, expected):
     (1.0, 0, False, 1.0), (0.6, 3, False, 1.0), (1.7, 2, False, 1.0), (1.2, 4, True, 1.0),
     (1.0, 0, False, 0.7), (1.5, 4, False, 0.8)])
 def test_the_frequencies_of_samples_are_the_exact_distribution(temperature, top_k, ensemble,
-                                                                top_p):
+                                                               top_p):
   """20,000 draws of one sentence against the exact probability of each of its 21 outputs:
   Pearson's χ² within 6 standard deviations of its mean (a miss of ~1e-9 by chance: the
   draws are seeded, so the test is deterministic), no output drawn that the top-k or the

@@ -490,7 +490,7 @@ def test_after_compile_ahead_small_calls_compile_nothing(tiny_workdir):
       got_samples = [ready.translate(call, **SAMPLED) for call in calls]
       out = io.BytesIO()
       translate_command.stream(ready, io.BytesIO('\n'.join(lines).encode()), out, max_lines=2,
-                        wait_s=5)
+                               wait_s=5)
     finally:
       jax.config.update('jax_log_compiles', False)
       logging.getLogger('jax').removeHandler(handler)

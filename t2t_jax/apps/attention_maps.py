@@ -1,9 +1,6 @@
-"""Attention heatmaps (`--mode=attention`), like the visualisations of the paper's appendix
-(Figures 3-5): one PNG per layer and attention kind, one panel per head.
-
-The sentence is translated first (beam search, §6.1); the model is then run teacher-forced
-on (sentence, translation) with the attention weights sown by MultiHeadAttention.
-"""
+"""Attention heatmaps (`--mode=attention`) like the paper's appendix (Figures 3-5): one PNG per
+layer and attention kind, one panel per head, of the model run teacher-forced on a sentence and
+its translation (beam search, §6.1) with the weights MultiHeadAttention sows."""
 from __future__ import annotations
 
 import os
@@ -18,10 +15,10 @@ from t2t_jax.apps.translator import Translator
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import errors
 
-KINDS = {  # sown name -> (title, query side, key side)
+KINDS = {  # sown name -> (title, the queries' labels, the keys')
     'encoder_self_attention': ('encoder self-attention', 'source', 'source'),
-    'decoder_self_attention': ('decoder self-attention', 'target', 'target'),
-    'decoder_cross_attention': ('encoder-decoder attention', 'target', 'source'),
+    'decoder_self_attention': ('decoder self-attention', 'decoder input', 'decoder input'),
+    'decoder_cross_attention': ('encoder-decoder attention', 'decoder input', 'source'),
 }
 
 
@@ -44,7 +41,7 @@ def attention_weights(params: Any, model_config: ModelConfig, src: Sequence[int]
 def plot(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str],
          title: str, path: str) -> None:
   """One panel per head: rows are queries, columns keys, darker = more attention."""
-  import matplotlib  # only --mode=attention draws: importing it costs ~1 s
+  import matplotlib  # only --mode=attention draws: importing it is slow
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # after use('Agg'): no display needed
   heads = weights.shape[0]
@@ -94,21 +91,17 @@ def run(config: ml_collections.ConfigDict, workdir: str, sentence: str, out_dir:
   translation = translator([sentence])[0]
   tokenizer = translator.tokenizer
   src, tgt = tokenizer.encode(sentence), tokenizer.encode(translation)
-  labels = {'source': tokenizer.pieces(src), 'target': tokenizer.pieces(tgt)}
   # The decoder's query at position i reads target i-1 (shifted right, start symbol first).
-  labels['decoder input'] = ['<s>'] + labels['target'][:-1]
+  labels = {'source': tokenizer.pieces(src), 'decoder input': ['<s>', *tokenizer.pieces(tgt)[:-1]]}
   out_dir = out_dir or os.path.join(workdir, 'attention')
   os.makedirs(out_dir, exist_ok=True)
   weights = attention_weights(translator.params, translator.model_config, src, tgt)
   paths = []
   for (kind, layer), w in sorted(weights.items()):
-    if layer not in chosen:
-      continue
-    title, query_side, key_side = KINDS[kind]
-    query_side = 'decoder input' if query_side == 'target' else query_side
-    key_side = 'decoder input' if key_side == 'target' else key_side
-    path = os.path.join(out_dir, f'{kind}_layer{layer}.png')
-    plot(w, labels[query_side], labels[key_side],
-         f'{title}, layer {layer}\n{sentence!r} -> {translation!r}', path)
-    paths.append(path)
+    if layer in chosen:
+      title, queries, keys = KINDS[kind]
+      path = os.path.join(out_dir, f'{kind}_layer{layer}.png')
+      plot(w, labels[queries], labels[keys],
+           f'{title}, layer {layer}\n{sentence!r} -> {translation!r}', path)
+      paths.append(path)
   return paths

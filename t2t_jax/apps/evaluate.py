@@ -27,14 +27,10 @@ EVAL = 'eval'
 
 def eval_name(split: str, translator: Translator, config: ml_collections.ConfigDict,
               sources: list[str], references: list[str]) -> str:
-  """The folder of one evaluation under eval/: what was decoded, with what, and how.
-
-  E.g. 'test-averaged-1000-beam4-alpha0.6-extra50-3f2a91c0': the readable part names the
-  split, the parameters and the beam settings; the last part is a fingerprint of all that
-  made the result (the checkpoints an average covers, the dtype, the input limit, and the
-  evaluated sentences and references themselves), so two different results never share a
-  folder: another test set, a re-average over other checkpoints, another dtype.
-  """
+  """The folder of one evaluation under eval/: the split, the parameters and the search, then a
+  fingerprint of all that made the result (an average's checkpoints, the dtype, the input limit,
+  the sentences and references themselves), so that two different results never share a folder;
+  e.g. 'test-averaged-1000-beam4-alpha0.6-extra50-3f2a91c0'."""
   made_of = {'params': translator.source, 'covers': translator.covers,
              'dtype': translator.model_config.dtype, 'beam_size': config.beam_size,
              'beam_alpha': config.beam_alpha, 'extra': config.decode_extra_length,
@@ -48,8 +44,8 @@ def eval_name(split: str, translator: Translator, config: ml_collections.ConfigD
 
 
 def method_name(translator: Translator, config: ml_collections.ConfigDict) -> str:
-  """The search in an eval folder's name: 'beam4-alpha0.6' (greedy: 'beam1-alpha0.6', the
-  same search), 'sample-T1-top0-seed0', then '-ensemble3' for three models."""
+  """The search in an eval folder's name: 'beam4-alpha0.6' (greedy: 'beam1-alpha0.6', the same
+  search), 'sample-T1-top0-seed0', then '-ensemble3' for three models."""
   if config.decode_method == 'sample':
     nucleus = f'-p{config.sample_top_p:g}' if config.sample_top_p < 1 else ''
     name = (f'sample-T{config.sample_temperature:g}-top{config.sample_top_k}{nucleus}'
@@ -60,18 +56,16 @@ def method_name(translator: Translator, config: ml_collections.ConfigDict) -> st
   return name + (f'-ensemble{len(translator.ensemble) + 1}' if translator.ensemble else '')
 
 
-def decoding_settings(translator: Translator, config: ml_collections.ConfigDict,
-                      ) -> dict[str, Any]:
+def decoding_settings(translator: Translator, config: ml_collections.ConfigDict) -> dict[str, Any]:
   """What an evaluation records of its search beyond beam search's keys: the method (and
-  sampling's keys) unless beam search, the other runs of an ensemble (and its weights) if
-  any. Beam search of one run adds nothing, so its folders keep their names."""
+  sampling's keys) unless beam search, an ensemble's other runs (and weights). Beam search of
+  one run adds nothing, so its folders keep their names."""
   settings: dict[str, Any] = {}
   if config.decode_method != 'beam':
     settings['decode_method'] = config.decode_method
   if config.decode_method == 'sample':
-    settings.update(sample_temperature=config.sample_temperature,
-                    sample_top_k=config.sample_top_k, sample_top_p=config.sample_top_p,
-                    sample_seed=config.sample_seed)
+    settings.update({key: config[key] for key in ('sample_temperature', 'sample_top_k',
+                                                  'sample_top_p', 'sample_seed')})
   if translator.ensemble:
     settings['ensemble'] = [{'workdir': m.workdir, 'params': m.source, 'covers': m.covers}
                             for m in translator.ensemble]
@@ -82,18 +76,15 @@ def decoding_settings(translator: Translator, config: ml_collections.ConfigDict,
 
 
 def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-  """--mode=eval: translate config.eval_split, write eval/<eval_name>/{hypotheses,
-  references,scores}, the folder whole or not at all.
-
-  scores.json also holds the split's loss (label-smoothed), nll, perplexity (of the nll,
-  per word-piece) and accuracy, teacher-forced with the same parameters (with an ensemble,
-  the workdir's alone).
-  """
+  """--mode=eval: translates config.eval_split into eval/<eval_name>/{hypotheses,references,
+  scores}, the folder whole or not at all. scores.json also holds the split's loss
+  (label-smoothed), nll, perplexity (of the nll, per word-piece) and accuracy, teacher-forced
+  with the same parameters (with an ensemble, the workdir's alone)."""
   translator = Translator(config, workdir, mode='eval')
-  evalset = pipeline.load_eval_set(config, workdir, config.eval_split,
-                               tokenizer=translator.tokenizer, num_devices=translator.mesh.size,
-                               process_index=jax.process_index(),
-                               process_count=jax.process_count())
+  evalset = pipeline.load_eval_set(
+      config, workdir, config.eval_split, tokenizer=translator.tokenizer,
+      num_devices=translator.mesh.size, process_index=jax.process_index(),
+      process_count=jax.process_count())
   # The loss's eval step compiles for the split's batch shapes while the search decodes.
   pool = ahead.make_pool(ahead.default_threads() if config.compile_ahead else 0)
   with ahead.cancelled_on_exit(pool):
@@ -107,18 +98,16 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   scores.update(split=config.eval_split, params=translator.source, step=translator.step,
                 sentences=len(hypotheses), beam_size=config.beam_size,
                 beam_alpha=config.beam_alpha, decode_extra_length=config.decode_extra_length,
-                **decoding_settings(translator, config))
+                **decoding_settings(translator, config), covers=translator.covers)
   name = eval_name(config.eval_split, translator, config, evalset.sources, evalset.references)
-  scores.update(covers=translator.covers)
   if jax.process_index() == 0:  # one copy, however many processes decoded
     _publish(workdir, name, {
         'hypotheses.txt': ''.join(h + '\n' for h in hypotheses),
         'references.txt': ''.join(one_line(r) + '\n' for r in evalset.references),
         'scores.json': json.dumps(scores, indent=2) + '\n'})
-  out_dir = os.path.join(workdir, EVAL, name)
   logging.info('%s BLEU of %s: sacreBLEU %.2f (%s), tokenized BLEU %.2f; written to %s',
                config.eval_split, translator.source, scores['sacrebleu'],
-               scores['sacrebleu_signature'], scores['tok_bleu'], out_dir)
+               scores['sacrebleu_signature'], scores['tok_bleu'], os.path.join(workdir, EVAL, name))
   return scores
 
 

@@ -1,24 +1,17 @@
-"""`--mode=export`: a trained run as a Hugging Face MarianMT folder.
+"""`--mode=export`: a trained run as a Hugging Face MarianMT folder (docs/export.md).
 
-    python -m t2t_jax.main --workdir=DIR --mode=export --output=DIR2
+`--mode=export --output=DIR2` writes DIR2 (FILES) with numpy, json and safetensors alone, so that
+transformers' MarianMTModel and MarianTokenizer compute what this project computes: the same
+sub-word ids, and logits equal to float32 rounding (tests/test_export.py: 1e-4), so the same
+greedy outputs.
 
-writes DIR2 with config.json, generation_config.json, model.safetensors (float32), the shared
-SentencePiece model twice (source.spm, target.spm), vocab.json, tokenizer_config.json and
-special_tokens_map.json, so that in Python with `transformers` (and torch)
-
-    model = transformers.MarianMTModel.from_pretrained('DIR2')
-    tokenizer = transformers.MarianTokenizer.from_pretrained('DIR2')
-
-compute what this project computes: the same sub-word ids, and logits equal to float32
-rounding (tests/test_export.py: 1e-4), so the same greedy outputs. Only numpy, json and
-safetensors write the folder; neither torch nor transformers is needed to export.
-
-MarianMT is this paper's Transformer too: post-LN layers (LayerNorm(x + Sublayer(x))), ReLU,
-an embedding multiplied by √d_model (`scale_embedding`), one matrix for the source and target
-embeddings and the pre-softmax projection (`share_encoder_decoder_embeddings`,
-`tie_word_embeddings`), padding (0) as the decoder's start symbol. The parameters map one to
-one (m = d_model, v = vocabulary, h heads of d = d_k = d_v = m / h, P positions, π the
-permutation below; torch's Linear weights are [out, in]):
+MarianMT is this paper's Transformer too: post-LN layers (LayerNorm(x + Sublayer(x)), Marian's
+only layout), ReLU (`activation_function='relu'`), the ×√d_model of §3.4 (`scale_embedding`), one
+matrix for both embeddings and the pre-softmax projection (`share_encoder_decoder_embeddings`,
+`tie_word_embeddings`), dropout = our P_drop (residual and embedding dropout, training only; no
+attention or ReLU dropout). The parameters map one to one (m = d_model, v = vocabulary, h heads
+of d = d_k = d_v = m / h, P positions, π the permutation below; torch's Linear weights are
+[out, in]):
 
   ours: params[...]                            Marian's state dict
   shared_embedding/embedding [v, m]            model.shared.weight [v, m] = embedding[:, π]
@@ -31,10 +24,7 @@ permutation below; torch's Linear weights are [out, in]):
   D/cross_attention/... (as self_attention)    D'.encoder_attn.{q,k,v,out}_proj.weight
   L/ffn/w_1/kernel [m, d_ff], bias [d_ff]      L'.fc1.weight = kernel[π].T, L'.fc1.bias = bias
   L/ffn/w_2/kernel [d_ff, m], bias [m]         L'.fc2.weight = kernel[:, π].T, .bias = bias[π]
-  E/attention_sublayer/layer_norm              E'.self_attn_layer_norm
-  D/self_attention_sublayer/layer_norm         D'.self_attn_layer_norm
-  D/cross_attention_sublayer/layer_norm        D'.encoder_attn_layer_norm
-  L/ffn_sublayer/layer_norm                    L'.final_layer_norm
+  L/*_sublayer/layer_norm (*_NORMS below)      L'.*_layer_norm
     scale [m], bias [m]                          .weight = scale[π], .bias = bias[π]
   (none: the logits are y Eᵀ)                  final_logits_bias [1, v] = 0
   (the shared embedding)                       lm_head.weight, tied to model.shared.weight
@@ -44,68 +34,43 @@ kernel[:, n, j] (Marian cuts d_model into heads the same way, `view(..., -1, hea
 Marian's scaling head_dim^-0.5 is our 1/√d_k.
 
 What differs, and how it is made equal:
-  * The sinusoid layout. Ours interleaves (§3.5): PE[:, 2i] = sin(pos / 10000^(2i/m)),
-    PE[:, 2i+1] = cos(...). Marian's MarianSinusoidalPositionalEmbedding puts the sines in
-    dimensions [0, m/2) and the cosines in [m/2, m): its dimension j < m/2 is our 2j, its m/2 + j
-    our 2j + 1. Every d_model axis of every weight is therefore permuted by π = (0, 2, 4, ...,
-    1, 3, 5, ...): the embedding's columns, W^Q, W^K, W^V and W_1's inputs, W^O and W_2's
-    outputs, b_2, and the layer norms' gains and biases. LayerNorm (a mean and variance over
-    the features) and the dot products over d_model commute with a permutation, so the
-    permuted network computes exactly our logits, and its sinusoids are Marian's own layout.
-    embed_positions.weight is an nn.Embedding parameter in transformers 5 and loads from the
-    file, so it holds our float32 table (permuted), not Marian's float64-computed one (they
-    differ by the float32 rounding of our angles: 6e-6 below position 100, 7e-5 by position
-    1000, at d_model = 512). It stays right
-    without the file, too: MarianMTModel.save_pretrained leaves embed_positions out
-    (_keys_to_ignore_on_save) and from_pretrained then rebuilds Marian's table, which is ours
-    permuted, so a re-saved copy still translates the same (to that rounding).
-  * Attention biases: ours have none; Marian's q/k/v/out projections have biases, written as 0.
-  * The ×√d_model of §3.4: Marian's `scale_embedding=True` (embed_scale = √d_model).
-  * The shared vocabulary: one embedding (`model.shared.weight`), tied to the decoder's, the
-    encoder's and `lm_head` by transformers; `final_logits_bias` is 0 (ours has none).
+  * The sinusoid layout: ours interleaves (§3.5), PE[:, 2i] = sin(pos / 10000^(2i/m)) and
+    PE[:, 2i+1] = cos(...); MarianSinusoidalPositionalEmbedding puts sines in [0, m/2), cosines
+    in [m/2, m). Permuting every d_model axis by π = (0, 2, 4, ..., 1, 3, 5, ...) gives Marian's
+    layout and exactly our logits: layer norms and dot products over d_model commute with it.
+    embed_positions.weight (a parameter in transformers 5) loads our float32 table from the file;
+    save_pretrained leaves it out (_keys_to_ignore_on_save) and from_pretrained rebuilds Marian's
+    float64 one, ours to float32 rounding, so a re-saved copy translates the same.
   * Token ids: pad_token_id = decoder_start_token_id = 0 (our PAD, the start symbol of §3.1,
-    model.shift_right), eos_token_id = 1, and no BOS. vocab.json maps each SentencePiece
-    piece to its id in our model, so MarianTokenizer's ids are ours.
-  * LayerNorm epsilon: ours is 1e-6 (tensor2tensor's), Marian's torch.nn.LayerNorm default is
-    1e-5 and MarianConfig has no key for it. A layer norm of an input with variance σ² then
-    divides by √(σ² + 1e-5) instead of √(σ² + 1e-6): its output changes by a factor of about
-    1 - 4.5e-6 / σ². This is the one difference left: on the 2-layer random model of
-    tests/test_export.py it moves the logits by at most 5e-6 (2e-5 at initialisation), the
-    whole difference to ours is 1e-5, within the test's 1e-4; it grows where a layer norm's
-    input has a small variance. Scaling the residual stream by √10 (everything added to it,
-    the positions included, by √10, W^Q and W^K by 1/√10) would move the epsilon exactly, but
-    a copy re-saved by transformers would lose the scaled positions.
-  * ReLU (`activation_function='relu'`), post-LN (Marian's only layout), dropout = our
-    P_drop (residual and embedding dropout, training only; no attention or ReLU dropout).
-  * dtype: our parameters are float32 whatever config.model.dtype computes in; the file is
-    float32 and config.json says 'dtype': 'float32'. Load with dtype=torch.bfloat16 to compute
-    as a bfloat16 run roughly does (not bit for bit).
+    model.shift_right), eos_token_id = 1, and no BOS.
+  * LayerNorm epsilon, the one difference left: ours is 1e-6 (tensor2tensor's), Marian's the torch
+    default 1e-5, which MarianConfig cannot set. A layer norm's output changes by a factor of about
+    1 - 4.5e-6 / σ² (σ² its input's variance): within the test's 1e-4, more where σ² is small.
+    Scaling the residual stream by √10 (W^Q and W^K by 1/√10) would move the epsilon exactly, but a
+    copy re-saved by transformers would lose the scaled positions.
+  * dtype: our parameters are float32 whatever config.model.dtype computes in, and so are the file
+    and config.json's 'dtype'. Load with dtype=torch.bfloat16 to compute as a bfloat16 run roughly
+    does (not bit for bit).
 
-Decoding (generation_config.json), mapped as far as transformers allows:
-  num_beams = config.beam_size; length_penalty = config.beam_alpha, but transformers divides
-  log P by |Y|^α, ours by ((5 + |Y|) / 6)^α (GNMT, §6.1): beam search ranks hypotheses
-  differently, only greedy decoding (num_beams=1) is the same search. suppress_tokens=[0]:
-  PAD is never emitted, as ours bans it (after the log-softmax in beam search, as ours, so
-  nothing is renormalised). forced_eos_token_id=1: at the limit only EOS may follow, as at
-  our limit (transformers gives it log-prob 0 there, ours its own). max_new_tokens: ours is
-  per sentence, |Y| ≤ (source ids with EOS) + config.decode_extra_length; transformers has
-  one limit per call, here the longest ours allows, max_decode_input_length +
-  decode_extra_length: pass max_new_tokens = len(input_ids) + extra per sentence for ours
-  exactly (it replaces the file's, without a warning). early_stopping='never' bounds a live
-  hypothesis at the limit, as ours does at its limit (transformers' default, False, guesses
-  from the current length); it still waits for num_beams finished hypotheses where ours
-  stops at the best one (n_best=1).
+Decoding (generation_config.json), as far as transformers can express it: num_beams =
+config.beam_size, length_penalty = config.beam_alpha, but transformers divides log P by |Y|^α,
+ours by ((5 + |Y|) / 6)^α (GNMT, §6.1), so only greedy decoding (num_beams=1) is our search.
+suppress_tokens=[0] bans PAD after the log-softmax, as ours (no renormalising).
+forced_eos_token_id=1 leaves only EOS at the limit, as ours (log-prob 0 there, ours its own).
+max_new_tokens, the longest output ours allows, is one limit per call where ours is per
+sentence, |Y| ≤ (source ids with EOS) + decode_extra_length: a caller's max_new_tokens =
+len(input_ids) + extra replaces it without a warning. early_stopping='never' bounds a live
+hypothesis at the limit, as ours (False would guess from the current length), but still waits
+for num_beams finished hypotheses where ours stops at the best one.
 
-Not representable, refused by `check_exportable` (errors.UserError naming the key): learned
-positions (Table 3 row E: Marian's positions are a frozen sinusoid table that save_pretrained
-drops), and d_k or d_v other than d_model / h (Table 3 row B: Marian's head_dim is
-d_model / heads, its projections d_model × d_model).
+Not representable, refused by `check_exportable` naming the key and why: learned positions
+(Table 3 row E) and d_k or d_v other than d_model / h (Table 3 row B).
 
 The tokenizer: MarianTokenizer runs the same SentencePiece model (normalisation, byte
 fallback), so a sentence encodes to our ids, EOS appended; `truncation=True` keeps the first
-model_max_length - 1 (= config.max_decode_input_length - 1) and EOS, as translate does. It
-differs on text that spells a special token ('</s>', '<pad>', '<unk>'): it reads that as the
-token, ours as characters. decode(ids, skip_special_tokens=True) is our Tokenizer.decode.
+model_max_length - 1 (= max_decode_input_length - 1) and EOS, as translate does. It differs on
+text that spells a special token ('</s>', '<pad>', '<unk>'): it reads that as the token, ours
+as characters. decode(ids, skip_special_tokens=True) is our Tokenizer.decode.
 """
 from __future__ import annotations
 
@@ -132,7 +97,7 @@ from t2t_jax.run import params as params_lib
 Params = dict[str, Any]
 StateDict = dict[str, np.ndarray]
 
-# Our flax names -> Marian's, per layer (the module docstring's table).
+# Our flax names -> Marian's, per layer.
 ENCODER_ATTENTION = {'self_attention': 'self_attn'}
 DECODER_ATTENTION = {'self_attention': 'self_attn', 'cross_attention': 'encoder_attn'}
 ENCODER_NORMS = {'attention_sublayer': 'self_attn_layer_norm', 'ffn_sublayer': 'final_layer_norm'}
@@ -164,44 +129,39 @@ def feature_permutation(d_model: int) -> np.ndarray:
   return np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
 
 
-def _attention(p: Params, name: str, pi: np.ndarray) -> StateDict:
-  """One attention block: q/k/v kernels [m, h, d] -> [h·d, m], out [h, d, m] -> [m, h·d]."""
-  h, d, m = p['out']['kernel'].shape
-  out = {f'{name}.{proj}_proj.weight': np.asarray(p[ours]['kernel']).reshape(m, h * d)[pi].T
-         for proj, ours in (('q', 'query'), ('k', 'key'), ('v', 'value'))}
-  out[f'{name}.out_proj.weight'] = np.asarray(p['out']['kernel']).reshape(h * d, m)[:, pi].T
-  for proj in ('q', 'k', 'v', 'out'):  # ours have no biases
-    out[f'{name}.{proj}_proj.bias'] = np.zeros(m, np.float32)
-  return out
-
-
 def _layer(p: Params, prefix: str, attention: dict[str, str], norms: dict[str, str],
            pi: np.ndarray) -> StateDict:
-  """One encoder or decoder layer's parameters under Marian's names."""
+  """One encoder or decoder layer's parameters under Marian's names; attention kernels go from
+  [m, h, d] to [h·d, m] (q, k, v) and from [h, d, m] to [m, h·d] (out)."""
   out = {}
   for ours, marian in attention.items():
-    out.update(_attention(p[ours], f'{prefix}.{marian}', pi))
+    name, kernels = f'{prefix}.{marian}', p[ours]
+    h, d, m = kernels['out']['kernel'].shape
+    for proj, kernel in (('q', 'query'), ('k', 'key'), ('v', 'value')):
+      out[f'{name}.{proj}_proj.weight'] = kernels[kernel]['kernel'].reshape(m, h * d)[pi].T
+    out[f'{name}.out_proj.weight'] = kernels['out']['kernel'].reshape(h * d, m)[:, pi].T
+    for proj in ('q', 'k', 'v', 'out'):  # ours have no biases
+      out[f'{name}.{proj}_proj.bias'] = np.zeros(m, np.float32)
   for ours, marian in norms.items():
-    out[f'{prefix}.{marian}.weight'] = np.asarray(p[ours]['layer_norm']['scale'])[pi]
-    out[f'{prefix}.{marian}.bias'] = np.asarray(p[ours]['layer_norm']['bias'])[pi]
-  ffn = p['ffn']
-  out[f'{prefix}.fc1.weight'] = np.asarray(ffn['w_1']['kernel'])[pi].T  # [d_ff, m]
-  out[f'{prefix}.fc1.bias'] = np.asarray(ffn['w_1']['bias'])
-  out[f'{prefix}.fc2.weight'] = np.asarray(ffn['w_2']['kernel'])[:, pi].T  # [m, d_ff]
-  out[f'{prefix}.fc2.bias'] = np.asarray(ffn['w_2']['bias'])[pi]
+    out[f'{prefix}.{marian}.weight'] = p[ours]['layer_norm']['scale'][pi]
+    out[f'{prefix}.{marian}.bias'] = p[ours]['layer_norm']['bias'][pi]
+  w_1, w_2 = p['ffn']['w_1'], p['ffn']['w_2']
+  out[f'{prefix}.fc1.weight'] = w_1['kernel'][pi].T  # [d_ff, m]
+  out[f'{prefix}.fc1.bias'] = w_1['bias']
+  out[f'{prefix}.fc2.weight'] = w_2['kernel'][:, pi].T  # [m, d_ff]
+  out[f'{prefix}.fc2.bias'] = w_2['bias'][pi]
   return out
 
 
 def marian_state_dict(params: Params, model_config: ModelConfig, *,
                       max_positions: int) -> StateDict:
-  """Our parameters as MarianMTModel's state dict (float32, contiguous): the table above.
-
-  max_positions: rows of the sinusoid tables, the longest input or output it serves.
-  """
+  """Our parameters as MarianMTModel's state dict (float32, contiguous): the table above, with
+  sinusoid tables of `max_positions` rows, the longest input or output they serve."""
   check_exportable(model_config)
   c = model_config
+  params = jax.tree_util.tree_map(np.asarray, params)
   pi = feature_permutation(c.d_model)
-  embedding = np.asarray(params['shared_embedding']['embedding'])  # [v, m]
+  embedding = params['shared_embedding']['embedding']  # [v, m]
   pe = np.asarray(sinusoidal_positions(jnp.arange(max_positions), c.d_model))  # [P, m]
   state = {'model.shared.weight': embedding[:, pi],
            'final_logits_bias': np.zeros((1, embedding.shape[0]), np.float32)}
@@ -235,11 +195,7 @@ def marian_config(model_config: ModelConfig, *, max_positions: int) -> dict[str,
 
 
 def generation_config(*, beam_size: int, alpha: float, max_new_tokens: int) -> dict[str, Any]:
-  """generation_config.json: our §6.1 search as far as transformers can express it.
-
-  The limit is max_new_tokens, not max_length: a caller's own max_new_tokens (ours per
-  sentence) then replaces it, where beside a max_length transformers would warn.
-  """
+  """generation_config.json: our §6.1 search as far as transformers can express it."""
   return {
       'decoder_start_token_id': PAD_ID, 'pad_token_id': PAD_ID, 'eos_token_id': EOS_ID,
       'bos_token_id': None, 'forced_eos_token_id': EOS_ID, 'suppress_tokens': [PAD_ID],
@@ -308,13 +264,9 @@ def export_marian(params: Params, model_config: ModelConfig, tokenizer_model_pat
                   output_dir: str, *, source_lang: str, target_lang: str, beam_size: int = 4,
                   alpha: float = 0.6, max_input_length: int = 1024,
                   extra_length: int = 50, trained_from: str = 'a checkpoint') -> None:
-  """Writes the MarianMT folder `output_dir` (FILES) for `params` of `model_config` and the
-  SentencePiece model at `tokenizer_model_path`, whole or not at all.
-
-  max_input_length, extra_length: the longest input (ids with EOS) and the extra output length
-  (config.max_decode_input_length, config.decode_extra_length); positions cover their sum.
-  `output_dir` must not exist or be empty (check_output_dir).
-  """
+  """Writes the MarianMT folder `output_dir` (new or empty) for `params` of `model_config` and
+  the SentencePiece model at `tokenizer_model_path`, whole or not at all. max_input_length and
+  extra_length: config.max_decode_input_length and config.decode_extra_length."""
   check_exportable(model_config)
   check_output_dir(output_dir)
   with open(tokenizer_model_path, 'rb') as f:
@@ -350,24 +302,21 @@ def write_folder(contents: dict[str, bytes], output_dir: str) -> None:
   """Writes {name: bytes} into a temporary folder beside `output_dir`, then renames it into
   place (files.publish): a crash or a full disk leaves no half-written export behind."""
   parent = os.path.dirname(os.path.abspath(output_dir))
-  tmp_dir = None
-  try:
-    with files.disk_write_errors(output_dir, 'the export'):
-      os.makedirs(parent, exist_ok=True)
-      files.sweep_temp_dirs(parent, by_age=False)  # a killed export's leftovers
-      tmp_dir = files.make_temp_dir(parent)
+  with files.disk_write_errors(output_dir, 'the export'):
+    os.makedirs(parent, exist_ok=True)
+    files.sweep_temp_dirs(parent, by_age=False)  # a killed export's leftovers
+    tmp_dir = files.make_temp_dir(parent)
+    try:
       for name, blob in contents.items():
         with open(os.path.join(tmp_dir, name), 'wb') as f:
           f.write(blob)
       if os.path.isdir(output_dir) and not os.listdir(output_dir):
         os.rmdir(output_dir)  # an empty folder given as --output is replaced
       published = files.publish(tmp_dir, output_dir)
-    if not published:
-      raise errors.UserError(f'--output={output_dir}: another process wrote it meanwhile')
-    tmp_dir = None
-  finally:
-    if tmp_dir:
-      shutil.rmtree(tmp_dir, ignore_errors=True)
+    finally:
+      shutil.rmtree(tmp_dir, ignore_errors=True)  # nothing there once published
+  if not published:
+    raise errors.UserError(f'--output={output_dir}: another process wrote it meanwhile')
 
 
 def run_export(config: ml_collections.ConfigDict, workdir: str, output_dir: str) -> None:
@@ -390,6 +339,5 @@ def run_export(config: ml_collections.ConfigDict, workdir: str, output_dir: str)
                 beam_size=config.beam_size, alpha=config.beam_alpha,
                 max_input_length=config.max_decode_input_length,
                 extra_length=config.decode_extra_length, trained_from=loaded.source)
-  logging.info('Exported the parameters of %s as a MarianMT model to %s', loaded.source,
-               output_dir)
+  logging.info('Exported the parameters of %s as a MarianMT model to %s', loaded.source, output_dir)
 

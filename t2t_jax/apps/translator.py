@@ -7,12 +7,9 @@
     tr.translate(['A sentence.'], beam_size=8, n_best=3)     # -> [[Hypothesis(text, score)] * 3]
     tr.translate(['A sentence.'], method='sample', seed=1)   # a sample (sampling.py)
 
-Sentences are encoded, sorted by length and cut into decoding batches whose shapes come
-from a fixed set (source-length buckets × a row count per bucket), so short sentences
-don't pay for long ones' padding and beam search compiles a bounded number of times.
-Each device decodes its own rows (shard_map, no communication); outputs return to input
-order. A call of a few sentences (a stream's batch) decodes in small batches of fixed
-shapes instead (interactive_shapes), which `compile_ahead` compiles.
+Sentences decode in the batch plan's batches (batch_plan.py: length-sorted, a fixed set of
+shapes, each device its own rows); a call of a few sentences (a stream's batch) in small
+batches of fixed shapes, which `compile_ahead` compiles.
 
 config.decode_method chooses the search: 'beam' (§6.1), 'greedy' (beam search with one beam)
 or 'sample' (sampling.py: config.sample_temperature, sample_top_k, sample_seed; a sentence's
@@ -109,16 +106,13 @@ class Translator:
   @property
   def decoding_params(self) -> Any:
     """The parameters the decoders take: this run's, or a tuple of the ensemble's."""
-    if not self.ensemble:
-      return self.params
-    return (self.params, *(m.params for m in self.ensemble))
+    return (self.params, *(m.params for m in self.ensemble)) if self.ensemble else self.params
 
   @property
   def decoding_config(self) -> ModelConfig | decode.Ensemble:
     """The model the decoders run: this run's, or a tuple of the ensemble's."""
-    if not self.ensemble:
-      return self.model_config
-    return (self.model_config, *(m.model_config for m in self.ensemble))
+    members = (self.model_config, *(m.model_config for m in self.ensemble))
+    return members if self.ensemble else self.model_config
 
   @property
   def max_input_length(self) -> int:
@@ -180,9 +174,9 @@ class Translator:
     decoder = self.decoder(beam_size, n_best, method=method, top_k=top_k, top_p=top_p)
     if isinstance(decoder, ahead.Precompiled):
       return decoder
+    up_to = min(max_length or self.ahead_length, self.max_input_length)
     shapes = batch_plan.interactive_shapes(self.config, self.mesh.size, max_rows=max_rows,
-                                max_length=self.max_input_length,
-                                up_to=min(max_length or self.ahead_length, self.max_input_length))
+                                           max_length=self.max_input_length, up_to=up_to)
     pool = ahead.make_pool(threads or max(ahead.default_threads(), 1))
     self._pools.append(pool)
     settings = self._abstract_sampling if key[0] == 'sample' else None
@@ -238,9 +232,9 @@ class Translator:
     arguments.check_sentences(sentences)
     arguments.check_search(method, beam_size, n_best, self.config)
     arguments.check_settings(method, alpha=alpha, temperature=temperature, top_k=top_k, top_p=top_p,
-                   seed=seed, max_rows=max_rows)
+                             seed=seed, max_rows=max_rows)
     nonempty, inputs = batch_plan.encode_inputs(sentences, self.tokenizer, self.max_input_length,
-                                     first_line=first_line)
+                                                first_line=first_line)
     draws = (arguments.sampling_settings(self.config, [first_line - 1 + i for i in nonempty],
                                          temperature, top_k, seed, top_p)
              if method == 'sample' else None)

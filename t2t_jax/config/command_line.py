@@ -1,6 +1,5 @@
 """A --config file, Table 3 row or --config.KEY that does not exist, as one line naming the
-nearest valid names (difflib), instead of the traceback ml_collections gives.
-"""
+nearest valid names (difflib), instead of the traceback ml_collections gives."""
 from __future__ import annotations
 
 import difflib
@@ -16,12 +15,9 @@ from t2t_jax.config import loading
 
 
 def command_line_error(argv: Sequence[str]) -> str | None:
-  """One line for a --config file, row or --config.KEY override that does not exist, else None.
-
-  Called once absl's flag parsing has failed: ml_collections reports these mistakes with a
-  traceback, the name buried in it. This loads the config again to name the nearest valid
-  file, row or key (difflib); None leaves the original error to be shown.
-  """
+  """The line for a --config file, row or --config.KEY override that does not exist, else None
+  (the original error is then shown). Called once absl's flag parsing has failed: this loads
+  the config again, as ml_collections' config flag does, to name the nearest valid names."""
   path = _config_argument(argv)
   if path is None:
     return None  # absl says --config is required
@@ -29,10 +25,11 @@ def command_line_error(argv: Sequence[str]) -> str | None:
   if not os.path.isfile(file):
     return _missing_file(path, file, colon + row)
   try:
-    config = _load_config(file, [row] if colon else [])
-  except _NoGetConfig:
-    return (f'--config={path}: {file} defines no get_config(); a config file returns its '
-            'ml_collections.ConfigDict from get_config() (see experiments/demo.py)')
+    get_config = getattr(loading.load_module(file, 't2t_jax_config_check'), 'get_config', None)
+    if not callable(get_config):
+      return (f'--config={path}: {file} defines no get_config(); a config file returns its '
+              'ml_collections.ConfigDict from get_config() (see experiments/demo.py)')
+    config = get_config(*([row] if colon else []))
   except SyntaxError as e:
     return f'{file}, line {e.lineno}: not a Python config file ({e.msg})'
   except (ValueError, TypeError) as e:  # get_config's own message, e.g. table3.py's unknown row
@@ -63,23 +60,9 @@ def _missing_file(path: str, file: str, row: str) -> str:
   names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, '*.py'))
                  if not p.endswith('__init__.py'))
   nearest = difflib.get_close_matches(os.path.basename(file), names)
-  if nearest:
-    hint = 'did you mean ' + ' or '.join(os.path.join(folder, n) + row for n in nearest) + '?'
-  else:
-    hint = 'the configs are ' + ', '.join(os.path.join(folder, n) for n in names)
+  hint = ('did you mean ' + ' or '.join(os.path.join(folder, n) + row for n in nearest) + '?'
+          if nearest else 'the configs are ' + ', '.join(os.path.join(folder, n) for n in names))
   return f'--config={path}: no such file; {hint}'
-
-
-class _NoGetConfig(Exception):
-  """A config file without get_config()."""
-
-
-def _load_config(file: str, args: list[str]) -> Any:
-  """`get_config(*args)` of a config file, loaded as ml_collections' config flag loads it."""
-  module = loading.load_module(file, 't2t_jax_config_check')
-  if not callable(getattr(module, 'get_config', None)):
-    raise _NoGetConfig(file)
-  return module.get_config(*args)
 
 
 def _unknown_key(config: Any, path: str) -> str | None:

@@ -1,9 +1,7 @@
-"""`--mode=help`: every config key with its value and its line of documentation.
-
-The documentation is the config files' own: experiments/wmt_ende_base.py defines every key
-beside a comment saying what it is (and the paper's section), under `# ----- Group -----`
-headings, and the configs built on it (big, demo) add their own. Reading those comments
-keeps one home for each key's meaning instead of a second copy to keep in step.
+"""`--mode=help`: every config key with its value and its line of documentation, read from
+the config files' own comments (experiments/wmt_ende_base.py documents every key under
+`# ----- Group -----` headings; the configs built on it add their own), so that each key's
+meaning has one home, not a second copy to keep in step.
 """
 from __future__ import annotations
 
@@ -25,44 +23,37 @@ _LONGEST = 110  # characters of a doc on its line
 
 
 def documented_keys(path: str) -> Iterator[tuple[str, str, str]]:
-  """(group, key, doc) of each `config.KEY = ...` line of a config file, in file order.
-
-  A key's doc is the comment on its line, else the comment block just above it; the first
-  sentence of it. Its group is the `# ----- Group -----` heading above it ('' before any).
-  A file that cannot be read or tokenized documents nothing.
-  """
+  """(group, key, doc) of each `config.KEY = ...` line of a config file, in file order: doc is
+  the first sentence of the comment on its line, else of the comment block just above it;
+  group, the heading above it ('' before any). An unreadable file documents nothing."""
   try:
     with open(path, encoding='utf-8') as f:
       source = f.read()
     tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
   except (OSError, SyntaxError, tokenize.TokenError):
     return
-  comments: dict[int, str] = {}
-  code_lines: set[int] = set()
-  for token in tokens:
-    if token.type == tokenize.COMMENT:
-      comments[token.start[0]] = token.string
-    elif token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
-      code_lines.update(range(token.start[0], token.end[0] + 1))
+  comments = {t.start[0]: t.string for t in tokens if t.type == tokenize.COMMENT}
+  not_code = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+  code_lines = {n for t in tokens if t.type not in not_code
+                for n in range(t.start[0], t.end[0] + 1)}
   group, block = '', []  # block: the comment lines just above the current line
   for number, line in enumerate(source.splitlines(), start=1):
     comment = comments.get(number, '')
-    heading = _GROUP.match(comment)
-    if heading and number not in code_lines:
-      group, block = heading.group(1), []
-    elif number not in code_lines:  # a comment line, or a blank one
-      block = [*block, comment.lstrip('# ').rstrip()] if comment else []
-    else:
+    text = comment.lstrip('# ').rstrip()
+    if number in code_lines:
       assignment = _ASSIGNMENT.match(line)
       if assignment:
-        own = comment.lstrip('# ').rstrip()
-        yield group, assignment.group(1), first_sentence(own or ' '.join(block))
+        yield group, assignment.group(1), first_sentence(text or ' '.join(block))
       block = []
+    elif heading := _GROUP.match(comment):
+      group, block = heading.group(1), []
+    else:  # a comment line, or a blank one
+      block = [*block, text] if comment else []
 
 
 def first_sentence(text: str) -> str:
   """The first sentence of `text`, cut at _LONGEST characters."""
-  sentence = _SENTENCE_END.split(text.strip(), maxsplit=1)[0] if text else ''
+  sentence = _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
   return sentence if len(sentence) <= _LONGEST else sentence[:_LONGEST - 2].rstrip() + ' …'
 
 
@@ -85,8 +76,7 @@ def describe(config: ml_collections.ConfigDict, files: tuple[str, ...] = (BASE,)
   values = dict(_flat(config))
   groups: dict[str, list[str]] = {}
   for key in [k for k in docs if k in values] + [k for k in values if k not in docs]:
-    group = docs[key][0] if key in docs else 'Other keys'
-    doc = docs[key][1] if key in docs else ''
+    group, doc = docs.get(key, ('', ''))
     line = f'  {key} = {values[key]!r}'
     groups.setdefault(group or 'Other keys', []).append(f'{line}  # {doc}' if doc else line)
   text = [f'Config keys (--config.KEY=VALUE), their values here, and what each is; '

@@ -1,6 +1,5 @@
 """Configs loaded by path: `--config` names a file, and a config may build on another
-(`load_sibling`), since experiments/ is no installed package.
-"""
+(`load_sibling`), since experiments/ is no installed package."""
 from __future__ import annotations
 
 import importlib.machinery
@@ -12,14 +11,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXPERIMENTS = os.path.join(ROOT, 'experiments')
 
 
-
 def load_sibling(config_file: str, name: str) -> types.ModuleType:
-  """The config `name`.py beside `config_file` (a config's own __file__), loaded by path.
-
-  For configs that build on another (wmt_ende_big.py on wmt_ende_base.py): `--config` loads
-  a file by path, so its base must not need `experiments` importable as a package (the
-  repository on sys.path, or a generic top-level package installed): any directory works.
-  """
+  """The config `name`.py beside `config_file` (a config's own __file__), loaded by path, for
+  configs that build on another (wmt_ende_big.py on wmt_ende_base.py) from any directory:
+  `experiments` need not be importable as a package."""
   folder = os.path.dirname(os.path.abspath(config_file))
   return load_module(os.path.join(folder, f'{name}.py'), f't2t_jax_config_{name}')
 

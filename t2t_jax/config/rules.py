@@ -1,16 +1,12 @@
 """Checks an experiment config before any work, naming the key that is wrong.
 
-One validator, driven by tables: RULES (every top-level key of experiments/wmt_ende_base.py
-and demo.py), MODEL_RULES (the keys of config.model, §3 and Table 3) and DATASET_KEYS (what
-each config.dataset needs in the modes that read its text, §5.1), then the few rules that
-tie two keys together. Every mode of main.py calls `validate` first; transformer.ModelConfig
-calls `check_model`, the same tables and messages, so that a ModelConfig built by hand (the
-Python API) is held to the rules of one built from a config. Every mistake is an
-errors.UserError that starts `config.<key>: `.
-
-Of the project this imports only t2t_jax.platform.errors: the config is checked before the
-data and the model are built from it (config → data → model), so transformer.py imports this
-module, never the reverse.
+One validator, driven by tables: RULES (every top-level key), MODEL_RULES (config.model, §3
+and Table 3) and DATASET_KEYS (what each config.dataset needs in the modes that read its
+text, §5.1), then the rules that tie two keys together. Every mode of main.py calls
+`validate` first; transformer.ModelConfig calls `check_model`, so that a ModelConfig built by
+hand (the Python API) meets the same tables and messages. Every mistake is an
+errors.UserError that starts `config.<key>: `. The config is checked before the data and the
+model are built from it, so of the project this imports only platform.errors.
 """
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ import ml_collections
 
 from t2t_jax.platform import errors
 
-# main.py's --mode choices; only 'train' and 'eval' read config.dataset's text ('study' does
-# both, for each Table 3 row). 'help' lists the config keys.
+# main.py's --mode choices ('help' lists the config keys).
 MODES = ('train', 'params', 'average', 'translate', 'score', 'eval', 'attention', 'export',
          'study', 'help')
 DATASETS = ('tfds', 'files', 'demo', 'synthetic')
@@ -87,15 +82,14 @@ def text(note: str = '', *, empty_ok: bool = False) -> Rule:
 
 def kernels_rule(*, auto: bool) -> Rule:
   """config.model.kernels: one of KERNEL_FORMS, then any of KERNEL_LEVERS after '+', each
-  once (or 'auto', where `auto`: ModelConfig.from_config resolves it)."""
+  once; or 'auto' where `auto` (ModelConfig.from_config resolves it)."""
   def test(value: Any) -> bool:
     if not isinstance(value, str):
       return False
-    if auto and value == 'auto':
-      return True
     base, *levers = value.split('+')
-    return (base in KERNEL_FORMS and set(levers) <= set(KERNEL_LEVERS)
-            and len(set(levers)) == len(levers))
+    return ((auto and value == 'auto')
+            or (base in KERNEL_FORMS and set(levers) <= set(KERNEL_LEVERS)
+                and len(set(levers)) == len(levers)))
   choices = ("'auto' or " if auto else '') + f'one of {KERNEL_FORMS}'
   return Rule(f"{choices}, then levers joined by '+' from {KERNEL_LEVERS}", test)
 
@@ -211,9 +205,7 @@ MODEL_RULES: dict[str, Rule] = {
     'dtype': one_of('auto', *COMPUTE_DTYPES),  # 'auto': compute_dtype()
     'kernels': kernels_rule(auto=True),  # 'auto': kernel_forms()
 }
-# A ModelConfig holds the compute dtype itself: ModelConfig.from_config resolved 'auto'.
-CONCRETE_DTYPE = one_of(*COMPUTE_DTYPES, note=" ('auto' is resolved by "
-                                               "ModelConfig.from_config)")
+CONCRETE_DTYPE = one_of(*COMPUTE_DTYPES, note=" ('auto' is resolved by ModelConfig.from_config)")
 CONCRETE_KERNELS = kernels_rule(auto=False)
 
 
@@ -225,8 +217,8 @@ class DatasetNeeds:
 
 
 DEMO_KEYS = ('demo_num_train', 'demo_num_eval', 'demo_seed')
-# Only 'train' and 'eval' read the dataset's text (demo: generate it); params, average,
-# translate and attention read the workdir alone, so they need no data keys.
+# Only 'train' and 'eval' read the dataset's text ('study' both, for each Table 3 row); the
+# other modes read the workdir alone, so they need no data keys.
 DATASET_KEYS: dict[str, DatasetNeeds] = {
     'tfds': DatasetNeeds({'train': ('tfds_name', 'train_split'),
                           'eval': ('tfds_name', '{eval_split}_split')},
@@ -234,47 +226,40 @@ DATASET_KEYS: dict[str, DatasetNeeds] = {
     'files': DatasetNeeds({'train': ('train_files',), 'eval': ('{eval_split}_files',)},
                           'pass --config.{key}=PREFIX: reads PREFIX.{source_lang} and '
                           'PREFIX.{target_lang}, one sentence a line'),
-    'demo': DatasetNeeds({'train': DEMO_KEYS, 'eval': DEMO_KEYS},
-                         'see experiments/demo.py'),
+    'demo': DatasetNeeds({'train': DEMO_KEYS, 'eval': DEMO_KEYS}, 'see experiments/demo.py'),
     'synthetic': DatasetNeeds({}, ''),  # generated from config.seed and the sizes alone
 }
-# Keys only some datasets' configs have: checked by RULES when present, required by
-# DATASET_KEYS where the dataset needs them.
+# Keys only some datasets' configs have: checked by RULES when present.
 OPTIONAL_KEYS = frozenset(DEMO_KEYS)
-# Keys one config.dataset alone reads, '' where unset: given with another dataset, they would
-# be silently ignored (the demo's corpus trained on instead of the files named), so that is
-# an error naming the key and the fix.
+# Keys one config.dataset alone reads, '' where unset: set with another dataset, they would be
+# silently ignored (the demo's corpus trained on instead of the files named).
 READ_BY: dict[str, str] = {'train_files': 'files', 'dev_files': 'files', 'test_files': 'files',
                            'tfds_data_dir': 'tfds', 'tfds_manual_dir': 'tfds'}
 
 
 def compute_dtype(backend: str | None = None) -> str:
-  """What config.model.dtype='auto' means: bfloat16 on GPU and TPU, whose matrix units run
-  it at 2× (or more) the float32 rate; float32 on CPU, where bfloat16 matmuls are slower.
-
-  Only the compute dtype: parameters, Adam moments, softmax, layer-norm statistics and the
-  loss stay float32 (transformer.py). A deviation from the paper, which trained in float32 on
-  P100s, in exchange for that faster rate (docs/performance.md); --config.model.dtype=float32
-  restores it.
-  """
-  # Only here does validating a config start a JAX backend: --distributed initialises first.
-  backend = backend or jax.default_backend()
-  return 'float32' if backend == 'cpu' else 'bfloat16'
+  """What config.model.dtype='auto' means: bfloat16 on GPU and TPU, whose matrix units run it
+  faster; float32 on CPU, where bfloat16 matmuls are slower. Only the compute dtype: parameters,
+  Adam moments, softmax, layer-norm statistics and the loss stay float32 (transformer.py). A
+  deviation from the paper's float32 (docs/performance.md); --config.model.dtype=float32
+  restores it."""
+  return 'float32' if _on_cpu(backend) else 'bfloat16'
 
 
 def kernel_forms(backend: str | None = None) -> str:
   """What config.model.kernels='auto' means (kernels.py): the CPU forms on a CPU, the plain
   ones, which XLA's GPU and TPU compilers take as they are, elsewhere."""
-  backend = backend or jax.default_backend()
-  return 'cpu' if backend == 'cpu' else 'xla'
+  return 'cpu' if _on_cpu(backend) else 'xla'
 
 
-# config.decode_tokens_per_batch=0: padded source tokens a decoding batch, per platform.
-# A CPU's search runs no faster with larger batches (each device already searches its own
-# rows); a GPU's beam-search step costs about the same whether it holds 128 sentences or
-# 512 (a fixed ~3 ms a step, docs/performance.md), so 512 sentences of 32 tokens, the
-# batch of the H200's measured 2137 sentences a second; the device script's sweep of
-# batch sizes (benchmarks/accelerator.py --parts decode) is what to revise it by.
+def _on_cpu(backend: str | None) -> bool:
+  # Only here does validating a config start a JAX backend: --distributed initialises first.
+  return (backend or jax.default_backend()) == 'cpu'
+
+
+# config.decode_tokens_per_batch=0: padded source tokens a decoding batch, per platform. A CPU
+# gains nothing from larger batches (each device searches its own rows); a GPU's step costs
+# about the same for 128 sentences as for 512 of 32 tokens (docs/performance.md).
 DECODE_TOKENS = {'cpu': 4096, 'gpu': 16384, 'tpu': 16384}
 
 
@@ -287,35 +272,23 @@ def decode_tokens_of(config: ml_collections.ConfigDict, backend: str | None = No
 
 def batching_of(config: ml_collections.ConfigDict, backend: str | None = None) -> str:
   """config.batching, with 'auto' resolved: packed rows on GPU and TPU, where each of the
-  buckets' tens of batch shapes is a compilation of 15-30 s (a TPU's compiler wants static
-  shapes above all); §5.1's buckets on a CPU, whose step gains nothing from packing
-  (docs/performance.md). The synthetic task has buckets alone."""
+  buckets' tens of batch shapes is a slow compilation; §5.1's buckets on a CPU, whose step
+  gains nothing from packing (docs/performance.md), and for the synthetic task."""
   if config.batching != 'auto':
     return config.batching
-  if config.dataset == 'synthetic':
-    return 'buckets'
-  backend = backend or jax.default_backend()
-  return 'buckets' if backend == 'cpu' else 'packed'
+  return 'buckets' if config.dataset == 'synthetic' or _on_cpu(backend) else 'packed'
 
 
 def validate(config: ml_collections.ConfigDict, mode: str = 'train') -> None:
   """Raises errors.UserError `config.<key>: ...` for the first mistake, before any work.
 
-  In order: RULES (every top-level key, in every mode: a bad value fails the quick
-  `--mode=params` as it would fail the training that reads it, not hours later in an eval),
-  config.model's keys (MODEL_RULES; no unknown ones), the keys config.dataset needs in this
-  `mode` (DATASET_KEYS: only train and eval read the data, so only they need its paths),
-  then the rules across keys. `mode` is one of MODES. Builds nothing: the model's dataclass
-  is transformer.ModelConfig.from_config(config), which resolves dtype 'auto'.
+  In order: RULES (in every mode, so that a bad value fails the quick `--mode=params` too,
+  not hours later in an eval), config.model's keys (MODEL_RULES; no unknown ones), the keys
+  config.dataset needs in `mode` (one of MODES; DATASET_KEYS), then the rules across keys.
   """
   if mode not in MODES:  # the caller's bug, not the user's
     raise ValueError(f'mode={mode!r}: not one of {MODES}')
-  for key, rule in RULES.items():
-    if key not in config:
-      if key in OPTIONAL_KEYS:
-        continue
-      raise _missing(key, rule)
-    _check_value(key, config[key], rule)
+  _check_values(config, RULES, optional=OPTIONAL_KEYS)
   check_model_keys_known(config.model.keys())
   _check_model_values(config.model, MODEL_RULES)
   for reads in (('train', 'eval') if mode == 'study' else (mode,)):
@@ -325,10 +298,9 @@ def validate(config: ml_collections.ConfigDict, mode: str = 'train') -> None:
 
 
 def ensemble_weights(config: ml_collections.ConfigDict) -> tuple[float, ...] | None:
-  """config.ensemble_weights as weights summing to 1, one for each model: this run's, then
-  those of config.ensemble's runs in order; None where none are given (equal weights: the
-  models' mean). Raises errors.UserError naming the key for a weight that is not a finite
-  positive number, or a count that is not the ensemble's."""
+  """config.ensemble_weights as weights summing to 1: this run's, then config.ensemble's runs'
+  in order; None where none are given (the models' mean). Raises errors.UserError naming the
+  key for a weight that is not a finite positive number, or a count not the ensemble's."""
   given = config.get('ensemble_weights', '').strip()
   if not given:
     return None
@@ -354,15 +326,9 @@ def ensemble_weights(config: ml_collections.ConfigDict) -> tuple[float, ...] | N
 
 def check_model(fields: Mapping[str, Any]) -> None:
   """Raises errors.UserError for a bad field of transformer.ModelConfig, as `validate` would for
-  config.model and config.vocab_size: the same tables and messages.
-
-  `fields`: vocab_size and the MODEL_RULES keys; others (the mode flags deterministic and
-  decode, which are no config keys) are ignored. dtype is the compute dtype itself here:
-  'auto' is for configs, resolved by ModelConfig.from_config.
-  """
-  if 'vocab_size' not in fields:
-    raise _missing('vocab_size', RULES['vocab_size'])
-  _check_value('vocab_size', fields['vocab_size'], RULES['vocab_size'])
+  config.vocab_size and config.model. Fields beside those (the mode flags) are ignored; dtype
+  and kernels are concrete here ('auto' is resolved by ModelConfig.from_config)."""
+  _check_values(fields, {'vocab_size': RULES['vocab_size']})
   _check_model_values(fields, {**MODEL_RULES, 'dtype': CONCRETE_DTYPE,
                                'kernels': CONCRETE_KERNELS})
 
@@ -376,23 +342,24 @@ def check_model_keys_known(keys: Iterable[str]) -> None:
                            f'{sorted(MODEL_RULES)}')
 
 
-def _missing(key: str, rule: Rule) -> errors.UserError:
-  return errors.UserError(f'config.{key}: missing; it must be {rule.allowed} (every config '
-                          'has it: build on experiments/wmt_ende_base.py)')
-
-
-def _check_value(key: str, value: Any, rule: Rule) -> None:
-  if not rule.test(value):
-    raise errors.UserError(f'config.{key}: must be {rule.allowed}, got {value!r}')
+def _check_values(values: Mapping[str, Any] | ml_collections.ConfigDict,
+                  rules: Mapping[str, Rule], prefix: str = '',
+                  optional: frozenset[str] = frozenset()) -> None:
+  """Each key of `rules` present (unless `optional`) in `values` and allowed by its rule."""
+  for key, rule in rules.items():
+    if key in values:
+      if not rule.test(values[key]):
+        raise errors.UserError(f'config.{prefix}{key}: must be {rule.allowed}, '
+                               f'got {values[key]!r}')
+    elif key not in optional:
+      raise errors.UserError(f'config.{prefix}{key}: missing; it must be {rule.allowed} (every '
+                             'config has it: build on experiments/wmt_ende_base.py)')
 
 
 def _check_model_values(values: Mapping[str, Any] | ml_collections.ConfigDict,
                         rules: Mapping[str, Rule]) -> None:
   """`rules` on the model's keys, then the per-head sizes that an unset d_k or d_v implies."""
-  for key, rule in rules.items():
-    if key not in values:
-      raise _missing(f'model.{key}', rule)
-    _check_value(f'model.{key}', values[key], rule)
+  _check_values(values, rules, 'model.')
   for key in ('d_k', 'd_v'):
     # None means d_model / h (§3.2.2), which must then be a whole number of dimensions.
     if values[key] is None and values['d_model'] % values['num_heads']:

@@ -4,37 +4,25 @@
 training batch contained a set of sentence pairs containing approximately 25000
 source tokens and 25000 target tokens." (§5.1)
 
-  text (tfds `wmt14_translate` or PREFIX.<lang> files)
-    -> ids with EOS appended (the shared SentencePiece model, tokenizer.py),
-       encoded once and cached in <workdir>/data_cache/
-    -> drop pairs with an empty side or a side over `max_length` (logged)
-    -> each pair goes to a cell (source bucket, target bucket) of a fixed grid
-       of padded lengths
-    -> per epoch, seeded by (config.seed, epoch): shuffle within cells, cut
-       batches, shuffle the batches
-    -> each process gathers its own block of rows of each batch and pads them with 0.
-
-The pipeline is plain numpy, so its position is just (epoch, batch): restoring
-it replays exactly the batches an uninterrupted run would have produced.
+Pairs with an empty side or a side over `max_length` are dropped (and logged); the others
+go to cells (source bucket, target bucket) of a grid of padded lengths. Each epoch, seeded
+by (config.seed, epoch), shuffles within cells, cuts batches and shuffles the batches. The
+plan is plain numpy and its position just (epoch, batch): a restored run replays exactly
+the batches an uninterrupted one would have produced.
 
 Choices the paper leaves open:
-  * padded lengths are multiples of 4 growing ~10% a step (`bucket_growth`);
-    a batch of cell (S, T) has the most rows with rows*S and rows*T both within
-    `tokens_per_batch`: the key caps padded slots, what memory and the compiled shapes
-    depend on (§5.1's ~25000 tokens a side are real ones: the configs set 27000 slots,
-    of which ~92.6% hold a token with the base buckets), whatever the number of
-    devices or processes: the batches (which pairs, in which order) are the same on
-    any topology, so a run resumes on another one. Padding rows (all PAD: weight 0
-    in the loss) then make a batch's rows divisible by the devices (times
-    `grad_accum_steps`);
-  * the shorter side of a pair is padded up to within `bucket_band` buckets of
-    the longer one: fewer distinct shapes (compilations) for a little padding.
-    `bucket_band=0` pads both sides to the longer one, as tensor2tensor did;
-  * a cell's left-over pairs join the next cell (both sides one bucket longer)
-    when the cell filled at least one batch, else they form one smaller batch;
-    every kept pair is in exactly one batch per epoch. On WMT nearly every batch
-    is full; on a corpus of a few thousand pairs most cells hold less than a
-    batch, so most batches are smaller than `tokens_per_batch`;
+  * padded lengths are multiples of 4 growing ~10% a step (`bucket_growth`); a batch of
+    cell (S, T) has the most rows with rows*S and rows*T within `tokens_per_batch`, which
+    caps padded slots, on which memory and compiled shapes depend (§5.1's ~25000 are real
+    tokens: the configs set 27000 slots). The batches are the same on any topology, so a
+    run resumes on another one; all-PAD rows (weight 0 in the loss) then make a batch's
+    rows divisible by the devices (times `grad_accum_steps`);
+  * the shorter side is padded up to within `bucket_band` buckets of the longer one: fewer
+    shapes (compilations) for a little padding; 0 pads both sides alike, as tensor2tensor;
+  * a cell's left-over pairs join the next cell (both sides one bucket longer) if the cell
+    filled a batch, else form one smaller batch; each kept pair is in one batch per epoch.
+    On a corpus of a few thousand pairs most cells hold less than a batch, so most batches
+    are smaller than `tokens_per_batch`;
   * lengths count the EOS; eval sets are never length-filtered.
 """
 from __future__ import annotations
@@ -61,9 +49,8 @@ _QUANTUM = 4  # padded lengths are multiples of this
 # Pairs whose lengths are looked at a time when filtering and bucketing: bounds the
 # int64 temporaries (WMT EN-FR has 36M pairs).
 _SLICE = 1 << 20
-# The batch plan's version, saved with the input-pipeline state. 2: rows per batch no
-# longer rounded to the device count (the same batches on any topology). States of
-# version 1 (no 'plan' key) cannot continue exactly: their batches are not this plan's.
+# The batch plan's version, saved in the state. Version 1 (states without 'plan') rounded
+# the rows to the device count: its batches are not this plan's, so they cannot continue.
 _PLAN_VERSION = 2
 
 # ------------------------------------------------------------ pairs kept
@@ -84,10 +71,9 @@ def length_filter(encoded: Encoded, max_length: int, name: str) -> np.ndarray:
     empty[part] = (src <= 1) | (tgt <= 1)  # only the EOS
     too_long[part] = ~empty[part] & ((src > max_length) | (tgt > max_length))
   kept = np.flatnonzero(~empty & ~too_long).astype(_index_dtype(num_pairs))
-  logging.info(
-      '%s: %d pairs; dropped %d with an empty side and %d with a side longer '
-      'than max_length=%d tokens; kept %d', name, num_pairs, empty.sum(),
-      too_long.sum(), max_length, len(kept))
+  logging.info('%s: %d pairs; dropped %d with an empty side and %d with a side longer than '
+               'max_length=%d tokens; kept %d', name, num_pairs, empty.sum(), too_long.sum(),
+               max_length, len(kept))
   if not len(kept):
     raise errors.UserError(f'{name}: no sentence pair left after dropping empty pairs '
                            f'and pairs over config.max_length={max_length} tokens')
@@ -128,11 +114,8 @@ def _round_up(x: int, multiple: int) -> int:
 
 def _cells(encoded: Encoded, kept: np.ndarray, grid: np.ndarray,
            band: int) -> tuple[np.ndarray, np.ndarray]:
-  """Grid indices (source, target) of each kept pair's padded lengths.
-
-  int16 (a grid has tens of lengths), computed a slice of pairs at a time: 4 bytes
-  a pair instead of 16, and no int64 temporaries the size of the corpus.
-  """
+  """Grid indices (source, target) of each kept pair's padded lengths: int16 (a grid has
+  tens of lengths) a slice of pairs at a time, so no int64 array is the corpus's size."""
   cells = np.empty((2, len(kept)), np.int16)
   band = min(band, len(grid))  # a wider band changes nothing, and stays an int16
   for start in range(0, len(kept), _SLICE):
@@ -142,15 +125,6 @@ def _cells(encoded: Encoded, kept: np.ndarray, grid: np.ndarray,
     longer = np.maximum(i, j)
     cells[:, start:start + len(pairs)] = np.maximum(i, longer - band), np.maximum(j, longer - band)
   return cells[0], cells[1]
-
-
-def _rows(grid: np.ndarray, tokens_per_batch: int) -> np.ndarray:
-  """[S, T] -> most rows with rows*S and rows*T in budget.
-
-  Not rounded to the device count: the plan must not depend on the topology.
-  """
-  longer = np.maximum(grid[:, None], grid[None, :])
-  return tokens_per_batch // longer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,9 +170,8 @@ def _epoch_plan(cell_i: np.ndarray, cell_j: np.ndarray, grid: np.ndarray,
       batches.append(rest)
       shapes.append((len(rest), grid[i], grid[j]))
   perm = rng.permutation(len(batches))
-  sizes = np.array([len(batches[b]) for b in perm], np.int64)
-  return _Plan(order=np.concatenate([batches[b] for b in perm]),
-               starts=np.concatenate([[0], np.cumsum(sizes)]),
+  batches = [batches[b] for b in perm]
+  return _Plan(order=np.concatenate(batches), starts=np.cumsum([0] + list(map(len, batches))),
                shapes=np.array(shapes, np.int64).reshape(-1, 3)[perm])
 
 
@@ -206,50 +179,40 @@ def _epoch_plan(cell_i: np.ndarray, cell_j: np.ndarray, grid: np.ndarray,
 
 
 class TrainIterator:
-  """Endless process-local training batches, epoch after epoch (§5.1).
-
-  Yields {'inputs': int32 [rows, S], 'targets': int32 [rows, T]}: this process's
-  contiguous block of a global batch. The plan's batches (which pairs, in which
-  order) do not depend on the topology; all-PAD rows at the end of each global
-  batch make its rows divisible by num_devices × grad_accum_steps, so that every
-  device gets as many rows and the train step can cut them into micro-batches.
-  `get_state`/`set_state` save and restore the position exactly, also into an
-  iterator of another topology.
-  """
+  """Endless process-local training batches, epoch after epoch (§5.1): pipeline.TrainBatches,
+  one pair a row; the position (get_state/set_state) restores exactly on any topology."""
   packed = False  # one pair a row (packing.PackedTrainIterator: several)
 
   def __init__(self, encoded: Encoded, kept: np.ndarray, config: Any, *,
                num_devices: int, process_index: int, process_count: int,
                data_key: str, grad_accum_steps: int = 1):
-    self._grid = bucket_lengths(config.max_length, config.bucket_growth)
-    self._cell_i, self._cell_j = _cells(encoded, kept, self._grid, config.bucket_band)
-    self._rows = _rows(self._grid, config.tokens_per_batch)
-    # Rows shrink as the longer side grows, so the longest cell decides.
-    last = max(self._cell_i.max(), self._cell_j.max())
-    if not self._rows[last, last]:
-      longest = int(self._grid[last])
-      raise errors.UserError(
-          f'config.tokens_per_batch={config.tokens_per_batch} cannot hold one '
-          f'{longest}-token row; raise it or lower config.max_length')
-    settings = [data_key, config.max_length, config.tokens_per_batch, config.seed,
-                config.bucket_growth, config.bucket_band, len(kept), _PLAN_VERSION]
-    self._start(encoded, kept, config.seed, settings, num_devices=num_devices,
-                process_index=process_index, process_count=process_count,
-                grad_accum_steps=grad_accum_steps)
-
-  def _start(self, encoded: Encoded, kept: np.ndarray, seed: int, settings: list[Any], *,
-             num_devices: int, process_index: int, process_count: int,
-             grad_accum_steps: int) -> None:
-    """What every plan's iterator keeps (packing.PackedTrainIterator's too): the pairs, the
-    seed, the topology, the position and the fingerprint of `settings`."""
-    self._encoded, self._kept, self._seed = encoded, kept, seed
+    self._encoded, self._seed = encoded, config.seed
+    self._kept, settings = self._setup(kept, config, data_key)
     self._row_multiple = num_devices * grad_accum_steps  # global rows are padded to it
     self._process_index, self._process_count = process_index, process_count
-    # No topology here: a state saved on 8 devices resumes on 1 (the same batches).
-    self._fingerprint = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
+    # Identifies the data and the plan's settings (hosts must agree on it); no topology:
+    # a state saved on 8 devices resumes on 1 (the same batches).
+    self.fingerprint = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
     self._epoch, self._batch = 0, 0
     self._plan: Any = None
     self._plan_epoch = -1
+
+  def _setup(self, kept: np.ndarray, config: Any, data_key: str) -> tuple[np.ndarray, list]:
+    """Prepares the plan (packing.PackedTrainIterator: its own); returns the pairs it
+    batches and the settings its fingerprint identifies."""
+    self._grid = bucket_lengths(config.max_length, config.bucket_growth)
+    self._cell_i, self._cell_j = _cells(self._encoded, kept, self._grid, config.bucket_band)
+    # [S, T] -> most rows with rows*S and rows*T in budget; not rounded to the device
+    # count, so that the plan does not depend on the topology.
+    self._rows = config.tokens_per_batch // np.maximum(self._grid[:, None], self._grid)
+    # Rows shrink as the longer side grows, so the longest cell decides.
+    last = max(self._cell_i.max(), self._cell_j.max())
+    if not self._rows[last, last]:
+      raise errors.UserError(
+          f'config.tokens_per_batch={config.tokens_per_batch} cannot hold one '
+          f'{int(self._grid[last])}-token row; raise it or lower config.max_length')
+    return kept, [data_key, config.max_length, config.tokens_per_batch, config.seed,
+                  config.bucket_growth, config.bucket_band, len(kept), _PLAN_VERSION]
 
   def __iter__(self) -> TrainIterator:
     return self
@@ -262,31 +225,27 @@ class TrainIterator:
       self._epoch, self._batch = self._epoch + 1, 0
     return batch
 
-  @property
-  def fingerprint(self) -> str:
-    """Identifies the data and the settings of the plan: hosts must agree on it."""
-    return self._fingerprint
-
   def get_state(self) -> dict[str, Any]:
     """The position: the next batch is batch `batch` of epoch `epoch`."""
     return {'epoch': self._epoch, 'batch': self._batch,
-            'fingerprint': self._fingerprint, 'plan': _PLAN_VERSION}
+            'fingerprint': self.fingerprint, 'plan': _PLAN_VERSION}
 
   def set_state(self, state: dict[str, Any]) -> None:
-    if state.get('fingerprint') != self._fingerprint and state.get('plan') != _PLAN_VERSION:
+    saved = state.get('fingerprint')
+    if saved != self.fingerprint and state.get('plan') != _PLAN_VERSION:
       raise errors.UserError(
-          f'The saved input-pipeline state (fingerprint {state.get("fingerprint")}) was '
+          f'The saved input-pipeline state (fingerprint {saved}) was '
           f'made by an older t2t_jax, whose batch plan (version {state.get("plan", 1)}) '
           'rounded the rows of each batch to the number of devices; this version\'s plan '
           f'(version {_PLAN_VERSION}) is the same on any number of devices, so its batches '
           'differ and that position cannot be continued exactly. Resume with the version '
           'that made the checkpoint, or start again (--config.restart=True).')
-    if state.get('fingerprint') != self._fingerprint:
+    if saved != self.fingerprint:
       raise errors.UserError(
           'The saved input-pipeline state was made for different data or settings '
           '(data files, vocabulary, max_length, tokens_per_batch, seed or bucketing), '
-          'so its position cannot be restored exactly: saved fingerprint '
-          f'{state.get("fingerprint")}, now {self._fingerprint}.')
+          f'so its position cannot be restored exactly: saved fingerprint {saved}, '
+          f'now {self.fingerprint}.')
     epoch, batch = int(state['epoch']), int(state['batch'])
     if not 0 <= batch < self.plan(epoch).num_batches:
       raise errors.UserError(f'Input-pipeline state {state}: epoch {epoch} has '
@@ -294,9 +253,8 @@ class TrainIterator:
     self._epoch, self._batch = epoch, batch
 
   def batch_shapes(self) -> list[tuple[int, int, int]]:
-    """The distinct global batch shapes (rows, S, T), rows padded as the batches are, in
-    the order the batches from the current position on first need them: the rest of this
-    epoch, then its start (every epoch cuts the same cells into the same shapes)."""
+    """The distinct global (rows, S, T), rows padded, in the order the batches from here on
+    first need them: the rest of this epoch, then its start (every epoch has the same)."""
     shapes = np.roll(self.plan(self._epoch).shapes, -self._batch, axis=0)
     return list(dict.fromkeys((_round_up(int(r), self._row_multiple), int(s), int(t))
                               for r, s, t in shapes))
@@ -340,21 +298,17 @@ class EvalSet:
   packed = False  # one pair a row (packing.PackedEvalSet: several)
 
   def batches(self) -> Iterator[Batch]:
-    """Process-local batches, shortest first, in few distinct shapes.
-
-    Pairs are grouped by the length bucket L of their longer side: 'inputs' and 'targets'
-    int32 [rows, L], 'index' int32 [rows] (position in sources/references; -1 for padding
-    rows). A bucket's full batches all have the budget's rows for L, and its last one a
-    power-of-two fraction of them, so evaluation compiles a few times per bucket, not once
-    per batch. A pair too long for the budget gets num_devices rows; only a side over
-    max_length (if set) leaves a pair out (learned positions: make_eval_set).
-    """
+    """Process-local batches, shortest first, by the length bucket L of the longer side:
+    'inputs' and 'targets' int32 [rows, L], 'index' int32 [rows] (position in sources; -1 on
+    padding rows). A bucket's full batches have the budget's rows for L, its last one a
+    power-of-two fraction of them: a few compilations per bucket, not one per batch. A pair
+    too long for the budget gets num_devices rows; only a side over max_length (if set:
+    learned positions, make_eval_set) leaves a pair out."""
     for pairs, rows, length in self._groups():
       yield self._bucket_batch(pairs, rows, length)
 
   def _bucket_batch(self, pairs: np.ndarray, rows: int, length: int) -> Batch:
-    """This process's rows of a global batch of `rows` rows of `pairs`, both sides padded
-    to `length`."""
+    """This process's rows of a global batch of `rows` rows of `pairs`, padded to `length`."""
     local_rows = rows // self.process_count
     mine = pairs[self.process_index * local_rows:(self.process_index + 1) * local_rows]
     index = np.full(local_rows, -1, np.int32)
@@ -370,13 +324,12 @@ class EvalSet:
     """(pairs, rows, L) per batch: buckets in increasing L, sources by length within; of
     the pairs `among` marks (a boolean mask; None: every pair)."""
     src, tgt = self.encoded.lengths
-    if not len(src):
-      return
-    grid = bucket_lengths(int(max(src.max(), tgt.max())), self.bucket_growth)
-    joint = grid[np.searchsorted(grid, np.maximum(src, tgt))]  # [pairs] L of each pair
+    longer = np.maximum(src, tgt)
+    grid = bucket_lengths(int(longer.max(initial=0)), self.bucket_growth)
+    joint = grid[np.searchsorted(grid, longer)]  # [pairs] L of each pair
     order = np.lexsort((src, joint))
     if self.max_length:
-      order = order[np.maximum(src, tgt)[order] <= self.max_length]
+      order = order[longer[order] <= self.max_length]
     if among is not None:
       order = order[among[order]]
     for length in np.unique(joint):

@@ -1,11 +1,10 @@
 """Sub-word ids of a training split, encoded once and kept in <workdir>/data_cache/ (§5.1).
 
-A split's cache is a folder <split>-<digest>/ of four flat .npy files (source and target
-ids, EOS included; source and target offsets: pair i's side k is
-ids[k][offsets[k][i]:offsets[k][i + 1]]) and key.json (what was encoded, and each file's
-size). It is written chunk by chunk into a temporary folder, fsynced and renamed, so memory
-holds one chunk and a crash leaves no half cache; it is read back memory-mapped, so WMT's
-ids need not fit in RAM, and checked, so a truncated file is rebuilt, not trained on.
+A split's cache is a folder <split>-<digest>/ of four flat .npy files (`Encoded`'s arrays)
+and key.json (what was encoded, and each file's size). It is written chunk by chunk into a
+temporary folder, fsynced and renamed, so memory holds one chunk and a crash leaves no half
+cache; it is read back memory-mapped, so WMT's ids need not fit in RAM (and hosts sharing a
+disk share the page cache), and checked, so a truncated file is rebuilt, not trained on.
 """
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ class Encoded:
     return np.diff(self.offsets[0]), np.diff(self.offsets[1])
 
 
-# The files of one split's cache in <workdir>/data_cache/<split>-<digest>/, with key.json.
+# The .npy files of one split's cache, beside key.json.
 _CACHE_FILES = ('source_ids', 'target_ids', 'source_offsets', 'target_offsets')
 
 
@@ -57,25 +56,19 @@ def _encode_texts(texts: list[str], tokenizer: Tokenizer,
 
 def encode(chunks: Iterator[Pairs], tokenizer: Tokenizer) -> Encoded:
   """Ids in memory: for the dev and test sets (training ids go to `_encode_into`)."""
-  dtype = _id_dtype(tokenizer)
-  flat, lengths = ([], []), ([], [])
-  for chunk in chunks:
-    for side, texts in enumerate(chunk):
-      ids, counts = _encode_texts(texts, tokenizer, dtype)
-      flat[side].append(ids)
-      lengths[side].append(counts)
-  offsets = tuple(np.cumsum(np.concatenate([np.zeros(1, np.int64), *parts]))
-                  for parts in lengths)
-  ids = tuple(np.concatenate([np.zeros(0, dtype), *parts]) for parts in flat)
-  return Encoded(ids, offsets)
+  chunks = list(chunks)
+  ids, offsets = [], []
+  for side in (0, 1):
+    texts = [text for chunk in chunks for text in chunk[side]]
+    flat, lengths = _encode_texts(texts, tokenizer, _id_dtype(tokenizer))
+    ids.append(flat)
+    offsets.append(np.cumsum(np.concatenate([np.zeros(1, np.int64), lengths])))
+  return Encoded(tuple(ids), tuple(offsets))
 
 
 class _NpyWriter:
-  """A 1-D .npy file written chunk by chunk; its length goes into the header at the end.
-
-  numpy pads every header so that a growing first axis fits in place
-  (numpy.lib.format.GROWTH_AXIS_MAX_DIGITS), so nothing need be held in memory.
-  """
+  """A 1-D .npy file written chunk by chunk; its length goes into the header at the end (numpy
+  pads every header so that a growing first axis fits: GROWTH_AXIS_MAX_DIGITS)."""
 
   def __init__(self, path: str, dtype: Any):
     self._file = open(path, 'wb')  # closed by close(): the writer outlives one block
@@ -107,12 +100,8 @@ class _NpyWriter:
 
 def _encode_into(folder: str, chunks: Iterator[Pairs], tokenizer: Tokenizer,
                  cache_path: str, bar: progress.Progress) -> None:
-  """Encodes chunk by chunk straight into folder/<_CACHE_FILES>.npy.
-
-  Memory holds one chunk, not all of WMT's 10^8 to 10^9 ids (twice over while
-  concatenating them). Errors while writing name `cache_path`; errors while
-  reading the text stay the reader's. `bar` counts the pairs encoded.
-  """
+  """Encodes chunk by chunk straight into folder/<_CACHE_FILES>.npy. Errors while writing
+  name `cache_path`; errors while reading the text stay the reader's. `bar` counts pairs."""
   writing = functools.partial(files.disk_write_errors, cache_path, 'the data cache')
   dtype = _id_dtype(tokenizer)
   writers, ends = [], [0, 0]
@@ -167,18 +156,14 @@ def load_or_encode(name: str, key: dict[str, Any], read: Callable[[], Iterator[P
 
 
 def _load_cache(path: str) -> Encoded | None:
-  """The cache in `path`, memory-mapped; None, with a warning, if it is damaged.
-
-  Memory-mapped: hosts sharing a disk share the page cache, and WMT's ids need
-  not fit in RAM. Each file's size is checked against key.json (caches written
-  before sizes were recorded only get the structural checks).
-  """
+  """The cache in `path`, memory-mapped; None, with a warning, if it is damaged. Each file's
+  size is checked against key.json where it records them (older caches do not)."""
+  key_file = os.path.join(path, 'key.json')
   try:
-    with open(os.path.join(path, 'key.json'), encoding='utf-8') as f:
+    with open(key_file, encoding='utf-8') as f:
       sizes = json.load(f).get('file_bytes', {})
   except (OSError, ValueError, AttributeError) as e:
-    logging.warning('%s: unreadable (%s); encoding the data again',
-                    os.path.join(path, 'key.json'), e)
+    logging.warning('%s: unreadable (%s); encoding the data again', key_file, e)
     return None
   arrays = []
   for name in _CACHE_FILES:
@@ -200,16 +185,13 @@ def _load_cache(path: str) -> Encoded | None:
 
 def _inconsistency(encoded: Encoded) -> str:
   """What is wrong with the shapes of `encoded` ('' if nothing); O(1) reads."""
-  for side, (ids, offsets) in enumerate(zip(encoded.ids, encoded.offsets, strict=True)):
-    name = ('source', 'target')[side]
+  for name, ids, offsets in zip(('source', 'target'), encoded.ids, encoded.offsets, strict=True):
     if ids.ndim != 1 or offsets.ndim != 1 or not len(offsets):
       return f'{name} ids or offsets are not a flat array'
     if offsets[0] != 0 or offsets[-1] != len(ids):
       return f'{name} offsets end at {offsets[-1]}, but there are {len(ids)} ids'
-  if len(encoded.offsets[0]) != len(encoded.offsets[1]):
-    return (f'{len(encoded.offsets[0]) - 1} source but '
-            f'{len(encoded.offsets[1]) - 1} target sentences')
-  return ''
+  pairs = [len(offsets) - 1 for offsets in encoded.offsets]
+  return f'{pairs[0]} source but {pairs[1]} target sentences' if pairs[0] != pairs[1] else ''
 
 
 def _discard(path: str) -> None:
@@ -225,13 +207,10 @@ def _discard(path: str) -> None:
 
 
 def _save_atomically(path: str, key: str, write: Callable[[str], None]) -> None:
-  """Fills a temporary folder with write(folder), then renames it to `path`.
-
-  So a crash leaves no half cache: the files reach the disk before the rename,
-  and the rename before we return. Any error or interrupt removes the temporary
-  folder (a killed run's is swept by the next, see `_load_or_encode`); a full
-  disk or a missing permission becomes one line naming `path`.
-  """
+  """Fills a temporary folder with write(folder), then renames it to `path`: the files reach
+  the disk before the rename, and the rename before we return. Any error or interrupt
+  removes the folder (a killed run's is swept by the next, `load_or_encode`); a full disk
+  or a missing permission becomes one line naming `path`."""
   writing = functools.partial(files.disk_write_errors, path, 'the data cache')
   tmp = None
   try:

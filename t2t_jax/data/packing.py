@@ -1,9 +1,8 @@
 """Packed batches: several whole sentence pairs a row, one batch shape for a whole run.
 
-§5.1's length buckets (batching.py) give every cell of the length grid its own batch shape,
-and every shape is a compilation of the train step: tens of them a run, 15-30 s each on a
-GPU. Packing, as tensor2tensor's `*_packed` problems and flax's examples/wmt do it, puts
-whole pairs side by side in rows of fixed length instead, so every batch has one shape:
+§5.1's length buckets (batching.py) give each cell of the length grid its own batch shape,
+each a compilation of the train step. Packing, as tensor2tensor's `*_packed` problems and
+flax's examples/wmt do it, puts whole pairs side by side in rows of fixed length instead:
 
   row r, source side:  [a a a a . b b b . c c c c c c . . .]   pairs a, b, c
   segment ids:          1 1 1 1 1 2 2 2 2 3 3 3 3 3 3 3 0 0    0 = padding
@@ -14,21 +13,16 @@ attention to the pair's own segment and takes its positions from the row (transf
 so each pair's loss and gradient are what they are alone (tests/test_packing.py).
 
 Choices the paper leaves open:
-  * rows are `config.pack_length` tokens on the side with more tokens in the corpus; the
-    other side's rows are its share of them (its tokens over the longer side's), rounded
-    to a multiple of 8, so that both sides fill alike (EN→DE sub-words: ~0.91 source tokens
-    a target token). A pair too long for a row is left out and counted, as the length
+  * a row is `config.pack_length` tokens on the side with more tokens, the other side's its
+    share (`row_lengths`); a pair too long for a row is left out and counted, as the length
     filter leaves out pairs over config.max_length;
-  * pairs go into rows longest first, each into the open row it fills best (best fit
-    decreasing, at most _OPEN_ROWS rows open), so a row holds pairs of about one length and
-    the shorter ones that fill its end; a batch is that many consecutive rows, so it holds
-    pairs of about the same length (§5.1). Which rows hold which lengths is worked out once
-    a run; each epoch, seeded by (config.seed, epoch), shuffles the pairs of each (source
-    length, target length) among the places of that length, then the batches;
-  * a batch has config.tokens_per_batch // pack_length rows (rounded down to a multiple of
-    8, so that 1, 2, 4 or 8 devices need no padding rows), the same budget of slots a side
-    as a bucketed batch, more of them real tokens. An epoch's last batch holds the rows left,
-    rounded up to a multiple of 8 with all-PAD rows: a second shape at most.
+  * pairs go into rows longest first, each into the open row it fills best (`layout`), so a
+    batch of consecutive rows holds pairs of about the same length (§5.1). The layout is
+    made once a run; each epoch, seeded by (config.seed, epoch), shuffles the pairs of each
+    (source, target) length among the places of that length, then the batches;
+  * a batch has the rows of config.tokens_per_batch slots a side (`batch_rows`), as a
+    bucketed batch, more of them real tokens; an epoch's last batch, the rows left rounded
+    up to a multiple of 8 with all-PAD rows, is a second shape at most.
 """
 from __future__ import annotations
 
@@ -56,18 +50,15 @@ _OPEN_ROWS = 512
 # A turn places at most this fraction of what fits an empty row: rows mix pairs of other
 # source/target ratios, and fill on both sides.
 _TURN_FRACTION = 8
-# Pairs a layout is worked out for; a larger corpus is laid out as copies of a smaller one.
-_LAYOUT_PAIRS = 1 << 18
+_LAYOUT_PAIRS = 1 << 18  # pairs a layout is worked out for (a larger corpus: see layout)
 _ROWS_MULTIPLE = 8  # rows a batch are rounded down to it: 1, 2, 4 or 8 devices divide them
 _SIDE_MULTIPLE = 8  # the shorter side's row length is rounded to it
-# The packed plan's version, in the input pipeline's fingerprint.
-_PLAN_VERSION = 1
+_PLAN_VERSION = 1  # the packed plan's version, in the input pipeline's fingerprint
 
 
 def row_lengths(lengths: tuple[np.ndarray, np.ndarray], pack_length: int) -> tuple[int, int]:
   """(source, target) tokens a row: pack_length for the side with more tokens in the pairs
-  of `lengths`, the other side its share of them, rounded to a multiple of 8 (rounding
-  down fills rows about as well as rounding up: benchmarks/compilation.py)."""
+  of `lengths`, the other side its share of them, rounded to a multiple of 8."""
   totals = [float(side.sum()) for side in lengths]
   longer = int(np.argmax(totals))
   share = totals[1 - longer] / max(totals[longer], 1.0)
@@ -77,8 +68,8 @@ def row_lengths(lengths: tuple[np.ndarray, np.ndarray], pack_length: int) -> tup
 
 
 def batch_rows(tokens_per_batch: int, pack_length: int) -> int:
-  """Rows a packed batch: the slots of tokens_per_batch a side, rounded down to a multiple of
-  8 (at least 1)."""
+  """Rows a packed batch: tokens_per_batch // pack_length (at least 1), from 8 on rounded down
+  to a multiple of 8."""
   rows = max(1, tokens_per_batch // pack_length)
   return rows - rows % _ROWS_MULTIPLE if rows >= _ROWS_MULTIPLE else rows
 
@@ -99,36 +90,32 @@ class Layout:
 def _classes(source: np.ndarray, target: np.ndarray,
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The distinct (source, target) lengths [classes, 2], each pair's class, and the counts."""
-  key = source.astype(np.int64) * (int(target.max(initial=0)) + 1) + target
-  unique, pair_class, counts = np.unique(key, return_inverse=True, return_counts=True)
-  classes = np.stack([unique // (int(target.max(initial=0)) + 1),
-                      unique % (int(target.max(initial=0)) + 1)], axis=1)
-  return classes, pair_class.astype(np.int32), counts
+  base = int(target.max(initial=0)) + 1
+  unique, pair_class, counts = np.unique(source.astype(np.int64) * base + target,
+                                         return_inverse=True, return_counts=True)
+  return np.stack([unique // base, unique % base], axis=1), pair_class.astype(np.int32), counts
 
 
 def layout(source: np.ndarray, target: np.ndarray, row: tuple[int, int],
            ) -> tuple[Layout, np.ndarray]:
-  """Which rows hold which lengths, for pairs of these (source, target) lengths, all of which
-  fit `row`; and each pair's class (its lengths' index in Layout.classes).
+  """Which rows hold which lengths, for pairs of these (source, target) lengths that all fit
+  `row`; and each pair's class (its lengths' index in Layout.classes).
 
-  Lengths are laid out longest first. Those of one length (the longer side's) take turns, a
-  few pairs a turn, alternating between the most source-heavy and the most target-heavy, so
-  that the rows fill on both sides; each turn's pairs go to the open row they leave the least
-  room in (best fit decreasing). A corpus of millions of pairs is laid out as `f` copies of
-  the layout of its counts divided by `f`, plus the layout of what that division leaves: the
-  same rows, in a time that does not grow with the corpus.
+  Longest first; the classes of one length (the longer side's) take turns, a few pairs a
+  turn, alternately the most source-heavy and the most target-heavy, so that rows fill on
+  both sides; a turn's pairs go to the open row they leave the least room in (best fit
+  decreasing). A corpus of millions is laid out as `f` copies of the layout of its counts
+  over `f`, plus that of the remainders: the same rows, in a time that does not grow.
   """
   classes, pair_class, counts = _classes(source, target)
   copies = max(1, -(-len(source) // _LAYOUT_PAIRS))
   rows = _best_fit(classes, counts // copies, row)
   rows = [r for r in rows for _ in range(copies)] + _best_fit(classes, counts % copies, row)
   # Rows by the longest pairs they hold, longest first (stable: the order they were laid out).
-  longest = [int(classes[r[0][0]].max()) for r in rows]
-  rows = [rows[i] for i in np.argsort([-x for x in longest], kind='stable')]
+  rows.sort(key=lambda r: -int(classes[r[0][0]].max()))
   runs = [run for r in rows for run in r]
   slot_class = np.repeat([c for c, _ in runs], [n for _, n in runs]).astype(np.int32)
-  sizes = [sum(n for _, n in r) for r in rows]
-  starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+  starts = np.cumsum([0] + [sum(n for _, n in r) for r in rows]).astype(np.int64)
   return Layout(classes, slot_class, starts), pair_class
 
 
@@ -146,8 +133,8 @@ def _best_fit(classes: np.ndarray, counts: np.ndarray, row: tuple[int, int],
     by_ratio = group[np.argsort(classes[group, 1] * S - classes[group, 0] * T, kind='stable')]
     # Alternately from either end: the most target-heavy, the most source-heavy, ...
     turns = np.empty_like(by_ratio)
-    turns[0::2], turns[1::2] = by_ratio[::-1][:(len(by_ratio) + 1) // 2], \
-        by_ratio[:len(by_ratio) // 2]
+    half = (len(by_ratio) + 1) // 2
+    turns[0::2], turns[1::2] = by_ratio[::-1][:half], by_ratio[:len(by_ratio) // 2]
     while len(turns):
       for c in turns:
         s, t = (int(x) for x in classes[c])
@@ -182,9 +169,7 @@ def _places(plan: Layout, pair_class: np.ndarray, pairs: np.ndarray) -> np.ndarr
 
 def _rows_of(plan: Layout, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
   """The slots of layout rows first..stop-1, and each one's row counted from `first`."""
-  if stop <= first:
-    return np.zeros(0, np.int64), np.zeros(0, np.int64)
-  starts = plan.row_starts
+  first, starts = min(first, stop), plan.row_starts  # none if stop <= first
   return (np.arange(starts[first], starts[stop]),
           np.repeat(np.arange(stop - first), np.diff(starts[first:stop + 1])))
 
@@ -195,30 +180,21 @@ def fill_rows(encoded: Encoded, pairs: np.ndarray, row_of_pair: np.ndarray, num_
   after the pairs before it in that row (row_of_pair is sorted); rows without pairs stay all
   PAD. Source arrays [num_rows, S], target arrays [num_rows, T], int32."""
   batch = {}
-  first = np.r_[True, row_of_pair[1:] != row_of_pair[:-1]] if len(pairs) else np.zeros(0, bool)
-  # Each pair's segment id: 1 + its place in its row.
-  starts_of_rows = np.flatnonzero(first)
-  place = np.arange(len(pairs)) - np.repeat(starts_of_rows, np.diff(np.r_[starts_of_rows,
-                                                                          len(pairs)]))
-  for side, (ids_key, segment_key, position_key) in enumerate((SOURCE_KEYS, TARGET_KEYS)):
-    width = row[side]
+  first = np.searchsorted(row_of_pair, row_of_pair)  # [pairs] the first pair of its row
+  segment = np.arange(len(pairs)) - first + 1  # 1 + the pair's place in its row
+  for side, keys in enumerate((SOURCE_KEYS, TARGET_KEYS)):
     starts = np.asarray(encoded.offsets[side][pairs])
     lengths = np.asarray(encoded.offsets[side][pairs + 1]) - starts
-    # The pair's first column in its row: the lengths of the pairs before it in the row.
-    ends = np.cumsum(lengths)
-    row_start_token = np.repeat(ends[first] - lengths[first], np.diff(np.r_[starts_of_rows,
-                                                                            len(pairs)]))
-    column = ends - lengths - row_start_token
-    position = np.arange(int(lengths.sum())) - np.repeat(ends - lengths, lengths)
-    token_rows = np.repeat(row_of_pair, lengths)
-    token_columns = np.repeat(column, lengths) + position
-    ids = np.full((num_rows, width), PAD_ID, np.int32)
-    segments = np.zeros((num_rows, width), np.int32)
-    positions = np.zeros((num_rows, width), np.int32)
-    ids[token_rows, token_columns] = encoded.ids[side][np.repeat(starts, lengths) + position]
-    segments[token_rows, token_columns] = np.repeat(place + 1, lengths)
-    positions[token_rows, token_columns] = position
-    batch.update({ids_key: ids, segment_key: segments, position_key: positions})
+    begins = np.cumsum(lengths) - lengths  # [pairs] of the tokens of all pairs
+    position = np.arange(int(lengths.sum())) - np.repeat(begins, lengths)  # [tokens]
+    # A pair's first column in its row: the lengths of the pairs before it in the row.
+    where = (np.repeat(row_of_pair, lengths),
+             np.repeat(begins - begins[first], lengths) + position)
+    values = (encoded.ids[side][np.repeat(starts, lengths) + position],
+              np.repeat(segment, lengths), position)
+    for key, fill, value in zip(keys, (PAD_ID, 0, 0), values, strict=True):
+      batch[key] = np.full((num_rows, row[side]), fill, np.int32)
+      batch[key][where] = value
   return batch
 
 
@@ -235,41 +211,30 @@ class _Plan:
 
 
 class PackedTrainIterator(batching.TrainIterator):
-  """Endless process-local packed batches (module docstring), one shape for the whole run.
-
-  Yields SOURCE_KEYS arrays int32 [rows, S] and TARGET_KEYS arrays int32 [rows, T]: this
-  process's block of the global batch's rows, all-PAD rows at the end making them divisible
-  by num_devices × grad_accum_steps. The position (epoch, batch), its state and fingerprint,
-  and the same batches on any topology are TrainIterator's.
-  """
+  """Endless process-local packed batches: SOURCE_KEYS arrays int32 [rows, S], TARGET_KEYS
+  arrays int32 [rows, T]. The rest (padding rows, position, state, the same batches on any
+  topology) is TrainIterator's."""
   packed = True
 
-  def __init__(self, encoded: Encoded, kept: np.ndarray, config: Any, *, num_devices: int,
-               process_index: int, process_count: int, data_key: str,
-               grad_accum_steps: int = 1):
+  def _setup(self, kept: np.ndarray, config: Any, data_key: str) -> tuple[np.ndarray, list]:
     source, target = (np.asarray(offsets[kept + 1] - offsets[kept]) for offsets in
-                      encoded.offsets)
+                      self._encoded.offsets)
     self.row = row_lengths((source, target), config.pack_length)
     fits = (source <= self.row[0]) & (target <= self.row[1])
     logging.info('train: packed rows of %d source and %d target tokens (config.pack_length='
                  '%d); left out %d pairs too long for a row; kept %d', *self.row,
                  config.pack_length, (~fits).sum(), fits.sum())
     if not fits.any():
-      raise errors.UserError(f'config.pack_length={config.pack_length}: no training pair fits '
-                             f'a packed row of {self.row[0]} source and {self.row[1]} target '
-                             'tokens')
+      raise errors.UserError(f'config.pack_length={config.pack_length}: no training pair fits a '
+                             f'packed row of {self.row[0]} source and {self.row[1]} target tokens')
     self._rows_per_batch = batch_rows(config.tokens_per_batch, config.pack_length)
     self._layout, self._class = layout(source[fits], target[fits], self.row)
-    settings = ['packed', data_key, config.max_length, config.tokens_per_batch, config.seed,
-                config.pack_length, len(kept), _PLAN_VERSION]
-    self._start(encoded, kept[fits], config.seed, settings, num_devices=num_devices,
-                process_index=process_index, process_count=process_count,
-                grad_accum_steps=grad_accum_steps)
+    return kept[fits], ['packed', data_key, config.max_length, config.tokens_per_batch,
+                        config.seed, config.pack_length, len(kept), _PLAN_VERSION]
 
   def batch_shapes(self) -> list[tuple[int, int, int]]:
-    """The global batch shapes (rows, S, T), in the order the batches from the current
-    position on first need them: one, and a second for an epoch's last batch if its rows
-    are fewer."""
+    """The global (rows, S, T) in the order the batches from here on first need them: one,
+    and a second for an epoch's last batch if its rows are fewer."""
     plan = self.plan(self._epoch)
     rows = self._padded_rows(np.roll(self._real_rows(plan), -self._batch))
     return [(int(r), *self.row) for r in dict.fromkeys(rows.tolist())]
@@ -285,8 +250,7 @@ class PackedTrainIterator(batching.TrainIterator):
     return -(-rounded // self._row_multiple) * self._row_multiple
 
   def plan(self, epoch: int) -> _Plan:
-    """The pairs' places and the batches' order of `epoch`, a pure function of
-    (config.seed, epoch)."""
+    """The pairs' places and the batches' order of `epoch`, a function of (seed, epoch)."""
     if self._plan_epoch != epoch:
       rng = np.random.default_rng([self._seed, epoch])
       shuffled = rng.permutation(len(self._class)).astype(np.int64)
@@ -313,35 +277,28 @@ class PackedTrainIterator(batching.TrainIterator):
 
 @dataclasses.dataclass
 class PackedEvalSet(batching.EvalSet):
-  """A dev or test set whose loss batches are packed rows: one shape for the whole set.
-
-  Rows are laid out as for training (rows of `pack_length` tokens on its longer side, the
-  other side its share), in order, no shuffle; every batch has eval_tokens_per_batch //
-  pack_length rows (rounded as training's, then to the devices), the last one filled up with
-  all-PAD rows. A pair too long for a row (eval sets are never length-filtered) goes alone
-  into a row of its length bucket (EvalSet's batches), with a segment and positions of its
-  own: other shapes, only where the set has such pairs.
-  """
+  """A dev or test set whose loss batches are packed rows, laid out as for training but not
+  shuffled, eval_tokens_per_batch // pack_length rows a batch (rounded as training's, then to
+  the devices). A pair too long for a row (eval sets are never length-filtered) goes alone
+  into a row of its length bucket (EvalSet's batches): other shapes, only for such pairs."""
   pack_length: int = 256
   packed = True
 
-  def _row_and_fits(self) -> tuple[tuple[int, int], np.ndarray]:
+  def _packing(self) -> tuple[tuple[int, int], np.ndarray, int]:
+    """The row's (S, T), which pairs fit it, and the global rows a batch."""
     src, tgt = self.encoded.lengths
     row = row_lengths((src, tgt), self.pack_length)
     fits = (src <= row[0]) & (tgt <= row[1])
     if self.max_length:  # learned positions: as EvalSet, a longer pair has no loss
       fits &= np.maximum(src, tgt) <= self.max_length
-    return row, fits
-
-  def _rows(self) -> int:
     rows = batch_rows(self.tokens_per_batch, self.pack_length)
-    return batching._round_up(rows, self.num_devices)
+    return row, fits, batching._round_up(rows, self.num_devices)
 
   def batches(self) -> Iterator[Batch]:
     """Process-local packed batches (SOURCE_KEYS and TARGET_KEYS arrays), then those of the
     pairs too long for a row, one a row."""
-    row, fits = self._row_and_fits()
-    yield from eval_batches(self.encoded, np.flatnonzero(fits), row, self._rows(),
+    row, fits, packed_rows = self._packing()
+    yield from eval_batches(self.encoded, np.flatnonzero(fits), row, packed_rows,
                             process_index=self.process_index, process_count=self.process_count)
     for pairs, rows, length in self._groups(~fits):
       batch = self._bucket_batch(pairs, rows, length)
@@ -354,8 +311,8 @@ class PackedEvalSet(batching.EvalSet):
 
   def batch_shapes(self) -> list[tuple[int, int, int]]:
     """The distinct global shapes (rows, S, T) of `batches()`, in their order."""
-    row, fits = self._row_and_fits()
-    packed = [(self._rows(), *row)] if fits.any() else []
+    row, fits, packed_rows = self._packing()
+    packed = [(packed_rows, *row)] if fits.any() else []
     return list(dict.fromkeys(packed + [(rows, length, length) for _, rows, length in
                                         self._groups(~fits)]))
 

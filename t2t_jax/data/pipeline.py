@@ -7,13 +7,13 @@
   'synthetic'     a token-level toy task that needs no vocabulary     synthetic.py
 
 Text then flows: the shared SentencePiece vocabulary (tokenizer.py) -> ids cached on disk
-(id_cache.py) -> length buckets and ~25k-token batches (batching.py). Every kind gives the
-same `Datasets`, whose parts honour the Protocols below: a vocabulary, endless
-process-local training batches with a restorable position, and dev/test sets.
+(id_cache.py) -> length buckets and ~25k-token batches (batching.py; packing.py: packed
+rows). Every kind gives the same `Datasets`, whose parts honour the Protocols below.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 from collections.abc import Callable, Iterator
@@ -101,15 +101,11 @@ def get_datasets(config: Any, workdir: str, *, num_devices: int,
                  grad_accum_steps: int = 1) -> Datasets:
   """The vocabulary, training batches and dev/test sets of `config.dataset`.
 
-  Training batches are padded with all-PAD rows to a multiple of num_devices ×
-  grad_accum_steps (config.grad_accum_steps: the train step's micro-batches).
-
-  Every input is checked (files exist, line counts agree, the text is UTF-8,
-  tfds data is available, dev and test sets are not empty) before the vocabulary
-  is trained or anything encoded. What is written to disk (the demo corpus, the
-  tfds preparation, the vocabulary, the id cache) goes through `once(name, make)`:
-  a multi-process run passes distributed.first_then_others, so that process 0
-  builds each and the others, waiting, load it.
+  Training rows are padded to a multiple of num_devices × grad_accum_steps (the train step's
+  micro-batches). Every input is checked (sources.py) before the vocabulary is trained or
+  anything encoded. What goes to disk (the demo corpus, the tfds preparation, the
+  vocabulary, the id cache) is made by `once(name, make)`: a multi-process run passes
+  distributed.first_then_others, so that process 0 makes each and the others load it.
   """
   if num_devices % process_count or not 0 <= process_index < process_count:
     raise errors.UserError(f'{num_devices} devices cannot be split evenly over '
@@ -142,12 +138,14 @@ def _kind(config: Any) -> _Kind:
   return KINDS[config.dataset]
 
 
-# ----------------------------------------------------- text: tfds and files
+# ------------------------------------------------ text: tfds, files and demo
 
 
 def _text_datasets(config: Any, workdir: str, topology: dict[str, int], once: Once,
                    ) -> Datasets:
   """§5.1 on real text: vocabulary, cached ids, length-bucketed batches."""
+  if config.dataset == 'demo':
+    config = once('demo_corpus', functools.partial(resolve_demo, config, workdir))
   found = once('sources', lambda: sources.make_sources(config))  # tfds: prepared once
   eval_text = {name: sources.read_eval_text(found[name]) for name in ('dev', 'test')
                if found[name]}
@@ -158,11 +156,10 @@ def _text_datasets(config: Any, workdir: str, topology: dict[str, int], once: On
   encoded = once('data_cache', lambda: id_cache.load_or_encode(
       train.name, train.key, train.read, vocabulary, workdir, size=train.size))
   kept = batching.length_filter(encoded, config.max_length, 'train')
-  grad_accum_steps = topology.pop('grad_accum_steps')
   packed = rules.batching_of(config) == 'packed'
   iterator = packing.PackedTrainIterator if packed else batching.TrainIterator
-  batches = iterator(encoded, kept, config, data_key=_data_key(encoded, vocabulary),
-                     grad_accum_steps=grad_accum_steps, **topology)
+  batches = iterator(encoded, kept, config, data_key=_data_key(encoded, vocabulary), **topology)
+  del topology['grad_accum_steps']  # the eval sets have no micro-batches
   evals = {name: _eval_set(config, name, text, vocabulary, topology)
            for name, text in eval_text.items()}
   return Datasets(vocabulary, batches, evals.get('dev'), evals.get('test'))
@@ -179,9 +176,8 @@ def _eval_set(config: Any, name: str, text: id_cache.Pairs, vocabulary: Vocabula
 def _data_key(encoded: id_cache.Encoded, vocabulary: Vocabulary) -> str:
   """By content, not paths or times: a restart on a machine that re-downloaded the same
   data must still resume exactly."""
-  return hashlib.sha256(np.ascontiguousarray(encoded.offsets[0]).tobytes()
-                        + np.ascontiguousarray(encoded.offsets[1]).tobytes()
-                        + vocabulary.fingerprint.encode()).hexdigest()
+  offsets = b''.join(np.ascontiguousarray(side).tobytes() for side in encoded.offsets)
+  return hashlib.sha256(offsets + vocabulary.fingerprint.encode()).hexdigest()
 
 
 def _trained_vocabulary(config: Any, workdir: str) -> tokenizer_lib.Tokenizer:
@@ -198,15 +194,14 @@ def _trained_vocabulary(config: Any, workdir: str) -> tokenizer_lib.Tokenizer:
 
 def _text_eval_set(config: Any, workdir: str, split: str, vocabulary: Vocabulary,
                    topology: dict[str, int]) -> batching.EvalSet:
+  if config.dataset == 'demo':
+    config = resolve_demo(config, workdir)
   # Only this split: eval needs neither the training files nor a prepared train split.
   source = sources.make_sources(config, (split,), prepare=False)[split]
   if source is None:
     key = f'{split}_split' if config.dataset == 'tfds' else f'{split}_files'
     raise errors.UserError(f'config.{key}: empty, so there is no {split} set to evaluate')
   return _eval_set(config, split, sources.read_eval_text(source), vocabulary, topology)
-
-
-# ---------------------------------------------------- demo: generated files
 
 
 def resolve_demo(config: Any, workdir: str) -> ml_collections.ConfigDict:
@@ -221,17 +216,6 @@ def resolve_demo(config: Any, workdir: str) -> ml_collections.ConfigDict:
   for split in sources.SPLITS:
     resolved[f'{split}_files'] = prefixes[split]
   return resolved
-
-
-def _demo_datasets(config: Any, workdir: str, topology: dict[str, int], once: Once,
-                   ) -> Datasets:
-  resolved = once('demo_corpus', lambda: resolve_demo(config, workdir))
-  return _text_datasets(resolved, workdir, topology, once)
-
-
-def _demo_eval_set(config: Any, workdir: str, split: str, vocabulary: Vocabulary,
-                   topology: dict[str, int]) -> batching.EvalSet:
-  return _text_eval_set(resolve_demo(config, workdir), workdir, split, vocabulary, topology)
 
 
 # ------------------------------------------------ synthetic: no text at all
@@ -258,6 +242,6 @@ _TEXT = _Kind(_text_datasets, _trained_vocabulary, _text_eval_set)
 KINDS: dict[str, _Kind] = {
     'tfds': _TEXT,
     'files': _TEXT,
-    'demo': _Kind(_demo_datasets, _trained_vocabulary, _demo_eval_set),
+    'demo': _TEXT,  # files written first (resolve_demo)
     'synthetic': _Kind(_synthetic_datasets, _synthetic_vocabulary, _synthetic_eval_set),
 }

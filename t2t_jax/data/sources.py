@@ -1,11 +1,8 @@
 """Where parallel text comes from: PREFIX.<lang> files or a tfds WMT14 split (§5.1).
 
-A `Source` is one split (train, dev or test): a key that identifies its text (for the id
-cache), a reader yielding chunks of (sources, targets), and a label for messages. Every
-input is checked before any work: files exist, line counts agree, the text is UTF-8 (a bad
-byte is named by file and line), and tfds data is prepared or downloadable. Offline,
-tfds would retry each download for minutes; a quick connection probe instead says at once
-what to do (prepare it elsewhere, download the archives by hand, or use files).
+A `Source` is one split (train, dev or test), checked before any work: files exist, line
+counts agree, the text is UTF-8 (a bad byte is named by file and line), and tfds data is
+prepared or downloadable (`_prepare_tfds`).
 """
 from __future__ import annotations
 
@@ -33,6 +30,7 @@ SPLITS = ('train', 'dev', 'test')
 class DataUnavailableError(errors.MissingFileError):
   """The tfds data is neither prepared nor downloadable from here."""
 
+
 @dataclasses.dataclass(frozen=True)
 class Source:
   """One split of parallel text: what identifies it, and how to read it."""
@@ -49,14 +47,12 @@ def _files_source(name: str, prefix: str, config: Any) -> Source:
   paths = [f'{prefix}.{lang}' for lang in (config.source_lang, config.target_lang)]
   for path in paths:
     if not os.path.isfile(path):
-      raise errors.MissingFileError(
-          f'{path}: no such file (from {flag}; expected {paths[0]} and '
-          f'{paths[1]}, UTF-8 text with one sentence a line)')
+      raise errors.MissingFileError(f'{path}: no such file (from {flag}; expected {paths[0]} '
+                                    f'and {paths[1]}, UTF-8 text with one sentence a line)')
   counts = [_count_lines(path) for path in paths]
   if counts[0] != counts[1]:
-    raise errors.UserError(
-        f'{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}: '
-        f'parallel files ({flag}) need one sentence pair a line')
+    raise errors.UserError(f'{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}: '
+                           f'parallel files ({flag}) need one sentence pair a line')
   if not counts[0]:
     raise errors.UserError(f'{paths[0]} and {paths[1]} are empty: the {name} set has no '
                            f'sentence pair (from {flag})')
@@ -106,11 +102,9 @@ def decode_lines(path: str, first_line: int, raw: list[bytes]) -> list[str]:
 
 def _tfds_sources(config: Any, names: tuple[str, ...], *,
                   prepare: bool) -> dict[str, Source | None]:
-  """Splits `names` of `config.tfds_name`, prepared (downloaded) first if `prepare`.
-
-  Without `prepare` (--mode=eval) an unprepared dataset is an error: evaluating
-  must not start a download and preparation of the whole training corpus.
-  """
+  """Splits `names` of `config.tfds_name`, prepared (downloaded) first if `prepare`; without
+  it (--mode=eval), an unprepared dataset is an error: evaluating must not start a download
+  and preparation of the whole training corpus."""
   builder = _tfds_builder(config)
   languages = getattr(builder.info.features, 'languages', None) or []
   for flag in ('source_lang', 'target_lang'):
@@ -149,9 +143,10 @@ def _tfds_size(builder: Any, split: str) -> int | None:
 
 @contextlib.contextmanager
 def _wmt_extra() -> Iterator[None]:
-  """Around the lazy imports of TensorFlow and tfds. The optional extra `wmt` installs them
-  (pyproject.toml), so that the demo and dataset='files' install without TensorFlow's
-  download; a missing extra is the user's to fix: one line naming it."""
+  """Around the lazy imports of TensorFlow and tfds: they take seconds to import, and only
+  dataset='tfds' needs them. The optional extra `wmt` installs them (pyproject.toml), so that
+  the demo and dataset='files' install without TensorFlow's download; a missing extra is the
+  user's to fix: one line naming it."""
   try:
     yield
   except ImportError as e:
@@ -163,11 +158,9 @@ def _wmt_extra() -> Iterator[None]:
 
 
 def _tfds_builder(config: Any) -> Any:
-  # TF and tfds are imported only where dataset='tfds' reads: they take seconds to import,
-  # and the other datasets must not need them.
   with _wmt_extra():
-    import tensorflow as tf  # lazily: seconds to import, and only dataset='tfds' needs it
-    import tensorflow_datasets as tfds  # lazily: as TensorFlow
+    import tensorflow as tf  # lazily: see _wmt_extra
+    import tensorflow_datasets as tfds  # lazily: see _wmt_extra
   try:
     tf.config.set_visible_devices([], 'GPU')  # accelerator memory belongs to JAX
   except RuntimeError:  # TF already initialised its devices (an earlier call)
@@ -178,7 +171,7 @@ def _tfds_builder(config: Any) -> Any:
 def _read_tfds_pairs(builder: Any, split: str, source_lang: str,
                      target_lang: str) -> Iterator[Pairs]:
   with _wmt_extra():
-    import tensorflow_datasets as tfds  # lazily: seconds to import, only dataset='tfds'
+    import tensorflow_datasets as tfds  # lazily: see _wmt_extra
   # tfds stores each pair non-English first; the languages are picked by name.
   dataset = builder.as_dataset(split=split, shuffle_files=False).batch(_CHUNK)
   for chunk in tfds.as_numpy(dataset):
@@ -187,21 +180,18 @@ def _read_tfds_pairs(builder: Any, split: str, source_lang: str,
 
 
 def _prepare_tfds(builder: Any, config: Any) -> None:
-  """Downloads and prepares the dataset, or fails at once if that is impossible.
-
-  Offline, tfds would retry each download for minutes before failing; a quick
-  connection probe turns that into an immediate error saying what to do.
-  """
+  """Downloads and prepares the dataset, or fails at once if that is impossible: offline,
+  tfds would retry each download for minutes; a quick connection probe says at once what
+  to do (prepare it elsewhere, download the archives by hand, or use files)."""
   with _wmt_extra():
-    import tensorflow_datasets as tfds  # lazily: seconds to import, only dataset='tfds'
+    import tensorflow_datasets as tfds  # lazily: see _wmt_extra
   manual_dir = config.tfds_manual_dir or None
   needed = _urls_to_download(builder, manual_dir)
   hosts = sorted({_host_port(url) for url in needed})
   unreachable = [host for host in hosts if not _reachable(host)]
   if unreachable:
     raise DataUnavailableError(_offline_message(builder, config, needed, unreachable))
-  logging.info('Downloading and preparing %s in %s', config.tfds_name,
-               builder.data_dir_root)
+  logging.info('Downloading and preparing %s in %s', config.tfds_name, builder.data_dir_root)
   builder.download_and_prepare(
       download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
 
@@ -210,7 +200,7 @@ def _required_urls(builder: Any) -> list[str]:
   """The archives `download_and_prepare` would fetch."""
   if hasattr(builder, 'subsets'):  # the WMT builders: only this pair's corpora
     with _wmt_extra():
-      from tensorflow_datasets.translate import wmt  # lazily: as tensorflow_datasets
+      from tensorflow_datasets.translate import wmt  # lazily: see _wmt_extra
     source = builder.builder_config.language_pair[0]
     return sorted({url for names in builder.subsets.values() for name in names
                    for url in wmt.DATASET_MAP[name].get_url(source)})
@@ -218,16 +208,12 @@ def _required_urls(builder: Any) -> list[str]:
 
 
 def _urls_to_download(builder: Any, manual_dir: str | None) -> list[str]:
-  """Required archives that are not already in the manual download folder."""
+  """Required archives that are not already in the manual download folder (where tfds
+  looks only for archives whose checksum it knows)."""
   url_infos = builder.url_infos or {}
-  missing = []
-  for url in _required_urls(builder):
-    info = url_infos.get(url)
-    # tfds looks in manual_dir only for archives whose checksum it knows.
-    if not (manual_dir and info and info.filename and
-            os.path.exists(os.path.join(manual_dir, info.filename))):
-      missing.append(url)
-  return missing
+  return [url for url in _required_urls(builder)
+          if not (manual_dir and (info := url_infos.get(url)) and info.filename
+                  and os.path.exists(os.path.join(manual_dir, info.filename)))]
 
 
 def _host_port(url: str) -> str:
@@ -266,12 +252,10 @@ def _offline_message(builder: Any, config: Any, urls: list[str],
 
 
 def read_lines(path: str) -> list[str]:
-  """The UTF-8 lines of one file (e.g. --mode=translate --input), naming any bad line.
-
-  '-' reads standard input, as bytes split exactly like a file: only at '\\n'
-  (str.splitlines would also split at U+2028, NEL, form feeds and lone '\\r',
-  shifting every later line against its translation).
-  """
+  """The UTF-8 lines of one file (e.g. --mode=translate --input), naming any bad line. '-'
+  reads standard input, split exactly like a file: only at '\\n' (str.splitlines would also
+  split at U+2028, NEL, form feeds and lone '\\r', shifting later lines against their
+  translations)."""
   if path == '-':
     return decode_lines('<stdin>', 1, sys.stdin.buffer.readlines())
   if not os.path.isfile(path):
@@ -289,7 +273,7 @@ def make_sources(config: Any, names: tuple[str, ...] = SPLITS, *,
     raise errors.UserError('config.dataset=files needs --config.train_files=PREFIX '
                            f'(reads PREFIX.{config.source_lang}, PREFIX.{config.target_lang})')
   return {name: _files_source(name, config[f'{name}_files'], config)
-                if config[f'{name}_files'] else None
+          if config[f'{name}_files'] else None
           for name in names}
 
 

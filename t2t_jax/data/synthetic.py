@@ -33,10 +33,8 @@ def make_pair(rng: np.random.Generator, vocab_size: int, max_length: int,
 
 
 def _permutation(vocab_size: int, seed: int) -> np.ndarray:
-  perm = np.arange(vocab_size)
-  perm[FIRST_WORD_ID:] = np.random.default_rng([seed, 7]).permutation(
-      np.arange(FIRST_WORD_ID, vocab_size))
-  return perm
+  words = np.random.default_rng([seed, 7]).permutation(np.arange(FIRST_WORD_ID, vocab_size))
+  return np.concatenate([np.arange(FIRST_WORD_ID), words])  # the reserved ids stay
 
 
 def make_batch(rows: int, vocab_size: int, max_length: int, seed: int, batch_number: int,
@@ -55,7 +53,6 @@ def make_batch(rows: int, vocab_size: int, max_length: int, seed: int, batch_num
 
 class IdTokenizer:
   """Text of the synthetic task is its ids written out ('5 17 9'); EOS is appended."""
-  pad_id, eos_id = PAD_ID, EOS_ID
 
   def __init__(self, vocab_size: int):
     self.vocab_size = vocab_size
@@ -98,12 +95,9 @@ def _process_block(batch: dict[str, np.ndarray], multiple: int, process_index: i
   padded = -(-rows // multiple) * multiple
   local = padded // process_count
   mine = slice(local * process_index, local * (process_index + 1))
-  block = {}
-  for key, value in batch.items():
-    full = np.full((padded, *value.shape[1:]), -1 if key == 'index' else PAD_ID, value.dtype)
-    full[:rows] = value
-    block[key] = full[mine]
-  return block
+  return {key: np.pad(value, [(0, padded - rows)] + [(0, 0)] * (value.ndim - 1),
+                      constant_values=-1 if key == 'index' else PAD_ID)[mine]
+          for key, value in batch.items()}
 
 
 class SyntheticIterator:

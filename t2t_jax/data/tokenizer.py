@@ -48,9 +48,8 @@ class Tokenizer:
     try:
       self._sp = spm.SentencePieceProcessor(model_file=model_path)
     except RuntimeError as e:  # e.g. a file truncated by a full disk outside t2t_jax
-      raise errors.UserError(f'{model_path}: not a readable SentencePiece model ({e}); delete '
-                             'it to train a new one (checkpoints trained with it need its ids)'
-                       ) from e
+      raise errors.UserError(f'{model_path}: not a readable SentencePiece model ({e}); delete it '
+                             'to train a new one (checkpoints trained with it need its ids)') from e
     ids = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id())
     if ids != (PAD_ID, EOS_ID, UNK_ID):
       raise errors.UserError(
@@ -72,17 +71,15 @@ class Tokenizer:
     return self._sp.encode(list(texts), add_eos=True, num_threads=os.cpu_count() or 1)
 
   def encode_arrays(self, texts: Sequence[str]) -> list[np.ndarray]:
-    """`encode_batch` as int32 arrays: ~4 bytes an id instead of a list's ~36, and faster
-    (benchmarks/data_memory.py)."""
+    """`encode_batch` as int32 arrays: far less memory than lists (benchmarks/data_memory.py)."""
     return self._sp.encode(list(texts), add_eos=True, num_threads=os.cpu_count() or 1,
                            out_type='numpy')
 
   def banned_ids(self, *, sampling: bool) -> tuple[int, ...]:
-    """Ids a decoder never emits, as they decode to no text: PAD and the other control
-    symbols but EOS, unknown and unused pieces; for `sampling` also the byte-fallback
-    pieces, each one byte of a character (a search takes them only for a rare character,
-    spelt whole; a draw at a high temperature takes them one at a time: U+FFFD, control
-    bytes)."""
+    """Ids a decoder never emits, as they decode to no text: the control symbols but EOS
+    (PAD too), unknown and unused pieces; for `sampling` also the byte-fallback pieces: a
+    search takes them only to spell a rare character whole, a draw at a high temperature
+    one at a time (U+FFFD, control bytes)."""
     sp = self._sp
     return tuple(i for i in range(self.vocab_size) if i != EOS_ID and (
         sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or (sampling and sp.is_byte(i))))
@@ -92,11 +89,8 @@ class Tokenizer:
     return [self._sp.id_to_piece(int(i)) for i in ids]
 
   def decode(self, ids: Any) -> str:
-    """Text of `ids` up to the first EOS; PAD is ignored.
-
-    Ids beyond the vocabulary (a model may pad its embedding table) decode as
-    unknown rather than crash an evaluation.
-    """
+    """Text of `ids` up to the first EOS; PAD is ignored. Ids beyond the vocabulary (a model
+    may pad its embedding table) decode as unknown rather than crash an evaluation."""
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     eos = np.flatnonzero(ids == EOS_ID)
     if eos.size:
@@ -108,20 +102,13 @@ class Tokenizer:
 
 def load_or_train(config: Any, workdir: str, sample_texts: Callable[[], Iterable[str]], *,
                   total_texts: int | None = None) -> Tokenizer:
-  """Loads <workdir>/vocab/spm.model, training it first if it does not exist.
+  """Loads <workdir>/vocab/spm.model (and .vocab), training it first if it does not exist.
 
-  Args:
-    config: uses `vocab_size` and `vocab_sample_sentences`.
-    workdir: the run's directory; the model goes to `vocab/spm.model` (+ `.vocab`).
-    sample_texts: called only when training is needed; yields sentences of both
-      languages. At most `config.vocab_sample_sentences` of them are kept, by a
-      seeded uniform (reservoir) sample, so memory stays bounded on WMT.
-    total_texts: how many sentences `sample_texts` yields, if known: the total that
-      the progress lines of reading them count towards.
-
-  Raises:
-    ValueError: an existing model's size differs from `config.vocab_size`; it
-      is never retrained silently, since the checkpoints depend on its ids.
+  `sample_texts` is called only to train; it yields sentences of both languages, of which at
+  most `config.vocab_sample_sentences` are kept by a seeded uniform (reservoir) sample, so
+  memory stays bounded on WMT. `total_texts`, how many it yields if known, is the total its
+  progress lines count towards. A model already there whose size is not `config.vocab_size`
+  raises errors.UserError: it is never retrained silently, as checkpoints depend on its ids.
   """
   vocab_dir = os.path.join(workdir, 'vocab')
   model_path = os.path.join(vocab_dir, 'spm.model')
@@ -135,21 +122,18 @@ def load_or_train(config: Any, workdir: str, sample_texts: Callable[[], Iterable
   tokenizer = Tokenizer(model_path)
   if tokenizer.vocab_size != config.vocab_size:
     raise errors.UserError(
-        f'config.vocab_size={config.vocab_size}, but the vocabulary already in '
-        f'the workdir, {model_path}, has {tokenizer.vocab_size} pieces. Set '
-        f'--config.vocab_size={tokenizer.vocab_size} to keep it, or use a fresh '
-        '--workdir (checkpoints there depend on its ids).')
+        f'config.vocab_size={config.vocab_size}, but the vocabulary already in the workdir, '
+        f'{model_path}, has {tokenizer.vocab_size} pieces. Set --config.vocab_size='
+        f'{tokenizer.vocab_size} to keep it, or use a fresh --workdir (checkpoints there '
+        'depend on its ids).')
   logging.info('Vocabulary: %s (%d pieces, sha256 %s)', model_path,
                tokenizer.vocab_size, tokenizer.fingerprint)
   return tokenizer
 
 
 def reservoir_sample(items: Iterable[str], k: int, *, seed: int) -> list[str]:
-  """A uniform sample of k items in one pass (Li's "Algorithm L").
-
-  It skips geometrically many items between replacements, so the cost is one
-  pass over `items` plus O(k log(n / k)) random draws.
-  """
+  """A uniform sample of k items in one pass (Li's "Algorithm L"): it skips geometrically many
+  items between replacements, so it costs one pass plus O(k log(n / k)) random draws."""
   rng = random.Random(seed)
   iterator = iter(items)
   reservoir = [item for _, item in zip(range(k), iterator, strict=False)]  # at most k
@@ -170,12 +154,9 @@ def reservoir_sample(items: Iterable[str], k: int, *, seed: int) -> list[str]:
 
 
 def _train(sample: list[str], vocab_size: int, vocab_dir: str) -> None:
-  """Trains the BPE model into a temporary folder, then moves it into place.
-
-  The .model file is moved last, after both files reached the disk: its existence
-  means the vocabulary is complete. Any error or interrupt removes the temporary
-  folder; a killed run's folder is swept by the next one (`files.sweep_temp_dirs`).
-  """
+  """Trains the BPE model into a temporary folder, then moves it into place, the .model file
+  last: its existence means the vocabulary is complete. Any error or interrupt removes the
+  temporary folder; a killed run's is swept by the next one (`files.sweep_temp_dirs`)."""
   # SentencePiece's trainer takes no progress callback (its own log, silenced below by
   # minloglevel, is internals, not progress): the start and the time taken are all we can say.
   logging.info('Training a %d-piece BPE vocabulary on %d sentences (SentencePiece reports '
@@ -189,14 +170,10 @@ def _train(sample: list[str], vocab_size: int, vocab_dir: str) -> None:
       tmp_dir = files.make_temp_dir(vocab_dir)
     try:
       spm.SentencePieceTrainer.train(
-          sentence_iterator=iter(sample),
-          model_prefix=os.path.join(tmp_dir, 'spm'),
-          model_type='bpe',
-          vocab_size=vocab_size,
+          sentence_iterator=iter(sample), model_prefix=os.path.join(tmp_dir, 'spm'),
+          model_type='bpe', vocab_size=vocab_size, byte_fallback=True,
           pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
-          character_coverage=_CHARACTER_COVERAGE,
-          byte_fallback=True,
-          num_threads=os.cpu_count() or 1,
+          character_coverage=_CHARACTER_COVERAGE, num_threads=os.cpu_count() or 1,
           minloglevel=1)
     except RuntimeError as e:
       raise errors.UserError(

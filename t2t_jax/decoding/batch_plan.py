@@ -1,15 +1,11 @@
 """The decoding batch plan: which sentences go into which batch, of which shape (§6.1).
 
 Sentences are sorted by length and cut into batches whose shapes come from a fixed set:
-source-length buckets (config.decode_bucket_growth: each twice the one before, up to
-config.max_decode_input_length) × a row count per bucket (config.decode_tokens_per_batch
-padded source tokens, 0: per platform; a multiple of the devices). Short sentences don't
-pay for long ones' padding, and the search compiles once per shape met: a handful for any
-text. scoring.py scores pairs by it.
-
-translate_ids runs a search (decode.py's beam search, or sampling.py's draws) by this plan,
-each device on its own rows (shard_map, no communication), and returns the outputs to input
-order; make_sharded_decoder builds that search for a config.
+source-length buckets (config.decode_bucket_growth, up to config.max_decode_input_length) ×
+a row count per bucket (config.decode_tokens_per_batch padded source tokens, 0: per
+platform; a multiple of the devices). Short sentences don't pay for long ones' padding, and
+the search compiles once per shape met, a handful for any text. translate_ids runs a search
+by it (make_sharded_decoder's), each device on its own rows; scoring.py scores pairs by it.
 """
 from __future__ import annotations
 
@@ -45,11 +41,9 @@ def decoding_batches(lengths: Sequence[int], *, tokens_per_batch: int, num_devic
 
   A bucket of padded length S always uses the same number of rows (tokens_per_batch / S,
   at most max_rows if given, a multiple of num_devices); its last batch is filled up with
-  empty rows. With max_rows (a stream's, or a few sentences': small batches), a bucket
-  whose sentences fit one row a device gets one row a device, so that one sentence pays for
-  one row. The buckets are those up to max_length whatever the longest input: a fixed set
-  of shapes (`interactive_shapes` lists those of small batches), each a compilation of the
-  search, few with config.decode_bucket_growth's doubling lengths.
+  empty rows. With max_rows (small batches), a bucket whose sentences fit one row a device
+  gets one row a device. The buckets are those up to max_length whatever the longest
+  input: a fixed set of shapes (`interactive_shapes` lists those of small batches).
   """
   lengths = np.asarray(lengths)
   grid = batching.bucket_lengths(max(int(lengths.max(initial=1)), max_length, 1),
@@ -67,33 +61,38 @@ def decoding_batches(lengths: Sequence[int], *, tokens_per_batch: int, num_devic
       yield members[start:start + rows], rows, int(length)
 
 
+def config_batches(lengths: Sequence[int], config: ml_collections.ConfigDict, num_devices: int,
+                   *, max_rows: int = 0, max_length: int = 0,
+                   ) -> Iterator[tuple[np.ndarray, int, int]]:
+  """decoding_batches by config's settings, max_length 0: config.max_decode_input_length."""
+  return decoding_batches(lengths, tokens_per_batch=rules.decode_tokens_of(config),
+                          num_devices=num_devices, bucket_growth=config.decode_bucket_growth,
+                          max_rows=max_rows,
+                          max_length=max_length or config.max_decode_input_length)
+
+
 def batch_shapes(token_ids: Sequence[Sequence[int]], config: ml_collections.ConfigDict,
                  num_devices: int) -> list[tuple[int, int]]:
   """The global (rows, S) of translate_ids's batches for these inputs, in decoding order:
   the shapes its beam search is compiled for."""
-  batches = decoding_batches([len(t) for t in token_ids],
-                             tokens_per_batch=rules.decode_tokens_of(config),
-                             num_devices=num_devices, bucket_growth=config.decode_bucket_growth,
-                             max_length=config.max_decode_input_length)
+  batches = config_batches([len(t) for t in token_ids], config, num_devices)
   return [(rows, length) for _, rows, length in batches]
 
 
 def interactive_shapes(config: ml_collections.ConfigDict, num_devices: int, *, max_rows: int,
                        max_length: int, up_to: int = 0) -> list[tuple[int, int]]:
-  """Every global (rows, S) decoding_batches gives with max_rows and max_length, whatever
-  the sentences: one row a device, then the most rows, for each bucket up to max_length (or
-  only up to the bucket that holds `up_to` sub-words); the likeliest first (one sentence,
-  short ones first)."""
-  grid = batching.bucket_lengths(max(max_length, 1), config.decode_bucket_growth)
+  """Every global (rows, S) decoding_batches gives with max_rows and max_length, whatever the
+  sentences: one row a device, then the most rows, for each bucket up to max_length (or up
+  to the one that holds `up_to` sub-words); the likeliest (one sentence, short) first."""
+  max_length = max(max_length, 1)
+  grid = batching.bucket_lengths(max_length, config.decode_bucket_growth)
   if up_to:
     grid = grid[:int(np.searchsorted(grid, up_to)) + 1]
   shapes = []
   for count in (1, max_rows + num_devices):  # a bucket's sentences: one, then more than fit
     for length in grid:
-      [(_, rows, _), *_] = decoding_batches(
-          [int(length)] * count, tokens_per_batch=rules.decode_tokens_of(config),
-          num_devices=num_devices, bucket_growth=config.decode_bucket_growth,
-          max_rows=max_rows, max_length=max_length)
+      [(_, rows, _), *_] = config_batches([int(length)] * count, config, num_devices,
+                                          max_rows=max_rows, max_length=max_length)
       shapes.append((rows, int(length)))
   return list(dict.fromkeys(shapes))
 
@@ -103,8 +102,7 @@ Decoder = Callable[[Any, jax.Array, Any], tuple[jax.Array, jax.Array]]
 
 
 class Sampling(NamedTuple):
-  """A sampling decoder's settings, its third argument (beam search's is α): traced, so
-  another temperature or seed needs no recompilation."""
+  """A sampling decoder's settings (beam search's: α), traced: another needs no recompilation."""
   index: Any  # [rows] each row's sentence number in the input, its draws' key (-1: no row)
   temperature: Any  # [] T
   key: Any  # jax.random.PRNGKey(config.sample_seed)
@@ -112,8 +110,8 @@ class Sampling(NamedTuple):
 
 # Each device gets the numbers of its own rows of src; the rest is replicated.
 SAMPLING_SPECS = Sampling(P(AXIS), P(), P())
-# Samples of a sentence (--n_best with sampling) are rows of its decoding batch, each as
-# large as a sentence of its own: more than this would outgrow any decoding batch.
+# Samples of a sentence (--n_best with sampling) are rows of its batch, each as large as a
+# sentence: more than this would outgrow any decoding batch.
 MAX_SAMPLES = 1024
 
 
@@ -125,12 +123,10 @@ def make_sharded_decoder(model_config: ModelConfig | decode.Ensemble,
   """(params, src [rows, S], settings) -> (ids [rows, T], scores [rows]), each device on its
   own rows; with n_best=n, ids [rows, n, T] and scores [rows, n].
 
-  method 'beam' (beam_size defaults to config.beam_size) and 'greedy' (one beam) take α as
-  settings, an argument, not a constant: another α needs no recompilation. 'sample' takes a
-  Sampling and draws n_best samples (top_k and top_p default to config.sample_top_k and
-  sample_top_p). model_config and the params may be an ensemble's tuples (decode.search,
-  weighted by config.ensemble_weights). `vocabulary`'s banned_ids (pieces that decode to no
-  text) are never emitted; None bans PAD alone.
+  method 'beam' (beam_size default config.beam_size) and 'greedy' take α as settings, so
+  that another α needs no recompilation; 'sample' takes a Sampling and draws n_best samples
+  (top_k, top_p default config.sample_top_k, sample_top_p). model_config and the params may
+  be an ensemble's tuples (config.ensemble_weights); `vocabulary`'s banned_ids never come out.
   """
   def banned(sampling: bool) -> tuple[int, ...]:
     return () if vocabulary is None else vocabulary.banned_ids(sampling=sampling)
@@ -158,12 +154,10 @@ def make_sharded_decoder(model_config: ModelConfig | decode.Ensemble,
 def shard_rows(search: Decoder, mesh: Mesh, settings_specs: Any = None) -> Decoder:
   """`search(params, src, settings) -> (ids, scores)` jitted with each device on its own
   rows of src (params replicated, settings as `settings_specs` says; None: replicated, α)."""
-  # Each device's beam search stops when its own sentences are done: no collectives, and
-  # no replication to check.
+  # Each device's search stops when its own sentences are done: nothing to communicate.
   settings_specs = P() if settings_specs is None else settings_specs
-  sharded = jax.shard_map(search, mesh=mesh, in_specs=(P(), P(AXIS), settings_specs),
-                          out_specs=(P(AXIS), P(AXIS)), check_vma=False)
-  return jax.jit(sharded)
+  return jax.jit(jax.shard_map(search, mesh=mesh, in_specs=(P(), P(AXIS), settings_specs),
+                               out_specs=(P(AXIS), P(AXIS)), check_vma=False))
 
 
 def translate_ids(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[int]],
@@ -175,59 +169,55 @@ def translate_ids(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[in
   input, ids [T] and a score [] (n-best decoders: [n, T] and [n]).
 
   alpha defaults to config.beam_alpha; a sampling decoder takes `sampling` instead, its
-  index [len(token_ids)] each input's number. max_rows: small batches; max_length: the
-  longest bucket (default config.max_decode_input_length; decoding_batches). Process 0
-  logs the sentences done, the rate and the ETA (progress.py).
+  index [len(token_ids)] each input's number. max_rows and max_length: config_batches's.
+  Process 0 logs the sentences done, the rate and the ETA (progress.py).
   """
   alpha = np.float32(config.beam_alpha if alpha is None else alpha)
   outputs: list[np.ndarray] = [np.zeros(0, np.int32)] * len(token_ids)
   scores: list[np.ndarray] = [np.zeros((), np.float32)] * len(token_ids)
-  batches = list(decoding_batches(
-      [len(t) for t in token_ids], tokens_per_batch=rules.decode_tokens_of(config),
-      num_devices=mesh.size, bucket_growth=config.decode_bucket_growth, max_rows=max_rows,
-      max_length=max_length or config.max_decode_input_length))
-  # A batch's cost: its rows (empty ones too) times the most steps its beam search may take.
-  # The ETA follows that, not the sentences: short ones go first, and a sentence count would
-  # promise too early an end.
+  batches = list(config_batches([len(t) for t in token_ids], config, mesh.size,
+                                max_rows=max_rows, max_length=max_length))
+  # The ETA follows a batch's rows (empty ones too) times its most steps, not the sentences,
+  # which would promise too early an end: short ones go first.
   cost = lambda rows, length: rows * (length + config.decode_extra_length)  # noqa: E731
   with Progress('Translating', len(token_ids), 'sentences',
                 work=sum(cost(rows, length) for _, rows, length in batches),
                 enabled=show_progress and jax.process_index() == 0) as bar:
     for indices, rows, length in batches:
-      settings = alpha if sampling is None else sampling._replace(
-          index=_row_numbers(sampling.index, indices, rows))
-      ids, score = _decode_batch(decoder, params, [token_ids[i] for i in indices], rows,
-                                 length, settings, mesh)
+      ids, score = _decode_batch(decoder, params, token_ids, indices, rows, length,
+                                 alpha if sampling is None else sampling, mesh)
       for r, i in enumerate(indices):
         outputs[i], scores[i] = ids[r], score[r]
       bar.update(len(indices), work=cost(rows, length))
   return outputs, scores
 
 
-def _row_numbers(numbers: Sequence[int], indices: np.ndarray, rows: int) -> np.ndarray:
-  """[rows] the numbers of a batch's inputs (`indices` into `numbers`), -1 for empty rows."""
-  index = np.full(rows, -1, np.int32)
-  index[:len(indices)] = np.asarray(numbers)[indices]
-  return index
-
-
-def _decode_batch(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[int]], rows: int,
-                  length: int, settings: Any, mesh: Mesh) -> tuple[np.ndarray, np.ndarray]:
-  """One batch: `token_ids` in the first rows of a [rows, length] source, the rest empty;
-  each process feeds its own share of the rows, and all get every row's output back."""
+def _decode_batch(decoder: Decoder, params: Any, token_ids: Sequence[Sequence[int]],
+                  indices: np.ndarray, rows: int, length: int, settings: Any, mesh: Mesh,
+                  ) -> tuple[np.ndarray, np.ndarray]:
+  """One batch: the inputs `indices` in the first rows of a [rows, length] source, the rest
+  empty (a Sampling's row number -1); each process feeds its own share of the rows, and all
+  get every row's output back."""
   src = np.full((rows, length), PAD_ID, np.int32)
-  for r, ids in enumerate(token_ids):
-    src[r, :len(ids)] = ids
-  share = rows // jax.process_count()
-  mine = slice(share * jax.process_index(), share * (jax.process_index() + 1))
+  for r, i in enumerate(indices):
+    src[r, :len(token_ids[i])] = token_ids[i]
+  mine = process_rows(rows)
   if isinstance(settings, Sampling):  # the rows' numbers, split over devices as src is
-    settings = settings._replace(index=shard_batch({'index': settings.index[mine]},
-                                                   mesh)['index'])
+    index = np.full(rows, -1, np.int32)
+    index[:len(indices)] = np.asarray(settings.index)[indices]
+    settings = settings._replace(index=shard_batch({'index': index[mine]}, mesh)['index'])
   ids, scores = decoder(params, shard_batch({'src': src[mine]}, mesh)['src'], settings)
-  return _gather_rows(ids), _gather_rows(scores)
+  return gather_rows(ids), gather_rows(scores)
 
 
-def _gather_rows(x: jax.Array) -> np.ndarray:
+def process_rows(rows: int) -> slice:
+  """This process's share of a batch's rows: each feeds its own (gather_rows: all, to each)."""
+  share = rows // jax.process_count()
+  return slice(share * jax.process_index(), share * (jax.process_index() + 1))
+
+
+def gather_rows(x: jax.Array) -> np.ndarray:
+  """Every process's rows of x, on each."""
   if jax.process_count() == 1:
     return np.asarray(x)
   return np.asarray(multihost_utils.process_allgather(x, tiled=True))
@@ -253,19 +243,15 @@ _LINE_BREAKS = re.compile('[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]')
 
 
 def one_line(text: str) -> str:
-  """`text` with line breaks made spaces: output line i always belongs to input line i.
-
-  A hypothesis can contain one (byte-fallback pieces decode to any character), and a
-  reference file can too; written out, it would shift every later line.
-  """
+  """`text` with line breaks made spaces, so that output line i belongs to input line i: a
+  hypothesis can hold one (byte-fallback pieces decode to any character), a reference too."""
   return _LINE_BREAKS.sub(' ', text)
 
 
 def max_input_length(model_config: ModelConfig | decode.Ensemble,
                      config: ml_collections.ConfigDict) -> int:
-  """Sub-words of an input decoded, EOS included; longer ones are truncated (encode_inputs).
-  Learned positions end at max_len, which must also hold input + extra outputs (in every
-  model of an ensemble)."""
+  """Sub-words of an input decoded, EOS included, longer ones truncated (encode_inputs):
+  learned positions' max_len must hold input + extra outputs, in every model."""
   length = max(config.max_decode_input_length, 1)
   for member in decode.members(model_config):
     if member.positional == 'learned':

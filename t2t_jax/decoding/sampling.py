@@ -1,26 +1,21 @@
 """Sampling: each output token drawn from the model's distribution (not in the paper, which
 decodes by beam search, §6.1; back-translation samples its synthetic sources so).
 
-At step t the next token of an output is drawn from softmax(log P(· | y_<t, X) / T) over the
-top_k likeliest tokens (top_k = 0: the whole vocabulary), T the temperature, then, with
-top_p < 1, over the fewest of those whose probabilities (the tempered ones) add up to top_p
-(nucleus sampling, Holtzman et al. 2020), renormalised. log P is the
-model's, or an ensemble's mean of its members' (decode.ensemble_steps). Otherwise the rules
-of beam search (decode.py): PAD is never drawn, only EOS may follow at the sentence's limit
-(its input length + extra, §6.1), and an output ends at its EOS.
+Token t is drawn from softmax(log P(· | y_<t, X) / T), T the temperature, over the top_k
+likeliest tokens (0: all), then, with top_p < 1, over the fewest of those whose tempered
+probabilities add up to top_p (nucleus sampling, Holtzman et al. 2020), renormalised. log P
+is the model's or an ensemble's (decode.ensemble_steps), and beam search's rules hold: PAD
+is never drawn, only EOS may follow at the sentence's limit, an output ends at its EOS.
 
-Reproducible: draw t of sample j of a sentence uses the key
-fold_in(fold_in(fold_in(PRNGKey(seed), index), j), t), `index` being the sentence's number
-in the input (its line, counted from 0). An output depends on the seed, the sentence, its
-number and the model alone, not on the batch it is decoded in (its neighbours, padding
-rows, the device it lands on); a batch of another shape may round the model's arithmetic
-otherwise, which changes a draw only if it moves a variate across a boundary.
+Reproducible: draw t of sample j of a sentence is keyed
+fold_in(fold_in(fold_in(PRNGKey(seed), index), j), t), `index` its number in the input (its
+line, from 0), so that an output does not depend on its batch (whose shape may round the
+arithmetic otherwise, which changes a draw only if it moves a variate across a boundary).
 
-Score: log P(Y|X), the sum of the drawn tokens' log-probabilities (EOS included) under the
-untempered model over the whole vocabulary, without the length penalty.
-
-n samples of a sentence (`n_samples`, --n_best): its row repeated n times, sample j keyed
-by j; returned best first by score, duplicates kept (each is an independent draw).
+Score: log P(Y|X) of the drawn tokens (EOS included) under the untempered model over the
+whole vocabulary, without the length penalty. n samples of a sentence (`n_samples`,
+--n_best): its row repeated n times, sample j keyed by j, returned best first by score,
+duplicates kept (each an independent draw).
 
 Shapes: b = batch, n = samples a sentence, r = b·n rows, v = vocabulary, T = the longest
 output allowed.
@@ -64,8 +59,7 @@ def row_keys(key: Array, index: Array, n_samples: int) -> Array:
 def choose(keys: Array, logp: Array, temperature: float | Array, top_k: int,
            top_k_fn: Any = lax.top_k, top_p: float = 1.0) -> Array:
   """[r] tokens, each drawn from softmax(logp / T) over its row's top_k (0: all) of logp
-  [r, v], then over the nucleus of mass top_p of those (1.0: all). `top_k_fn`: the hardware
-  form of lax.top_k (kernels.Kernels.top_k)."""
+  [r, v], then over the nucleus of mass top_p of those (1.0: all). `top_k_fn`: as lax.top_k."""
   if not top_k:
     return jax.vmap(jax.random.categorical)(keys, nucleus(logp / temperature, top_p))
   # Drawing among the k largest alone: exactly k candidates, ties taken as lax.top_k does.
@@ -87,37 +81,29 @@ def nucleus(logits: Array, top_p: float) -> Array:
   return jnp.where(keep, logits, -jnp.inf)
 
 
-def _draw(draws: Draws, logp: Array, keys: Array, *, temperature: float | Array, top_k: int,
-          eos_id: int, top_k_fn: Any, top_p: float) -> Draws:
-  """One step: every unfinished row draws its next token from logp [r, v]; a finished one
-  adds PAD and nothing to its score."""
-  t = draws.step
-  step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, t)  # [r]
-  tokens = choose(step_keys, logp, temperature, top_k, top_k_fn, top_p)  # [r]
-  tokens = jnp.where(draws.done, PAD_ID, tokens)
-  token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=1)[:, 0]  # [r]
-  seqs = lax.dynamic_update_index_in_dim(draws.seqs, tokens[:, None], t + 1, axis=1)
-  return Draws(step=t + 1, seqs=seqs,
-               logprob=draws.logprob + jnp.where(draws.done, 0.0, token_logp),
-               done=draws.done | (tokens == eos_id), carry=draws.carry)
+def _run(draws: Draws, steps: decode.Steps, limits: Array, lengths: list[int], keys: Array, *,
+         temperature: float | Array, top_k: int, top_k_fn: Any, top_p: float, eos_id: int,
+         banned_ids: tuple[int, ...]) -> Draws:
+  """The sampling loop, as decode.search's, until every row has drawn its EOS: each step,
+  every unfinished row draws its next token; a finished one adds PAD and nothing to its score."""
+  def body(draws: Draws, length: int) -> Draws:
+    t = draws.step
+    logp, carry = steps.step(draws.carry, draws.seqs[:, None], t, length)  # [r, 1, v]: 1 beam
+    logp = decode.ban_tokens(logp, t, limits, eos_id, banned_ids)[:, 0]  # [r, v]
+    step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, t)  # [r]
+    tokens = choose(step_keys, logp, temperature, top_k, top_k_fn, top_p)  # [r]
+    tokens = jnp.where(draws.done, PAD_ID, tokens)
+    token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=1)[:, 0]  # [r]
+    seqs = lax.dynamic_update_index_in_dim(draws.seqs, tokens[:, None], t + 1, axis=1)
+    return Draws(step=t + 1, seqs=seqs,
+                 logprob=draws.logprob + jnp.where(draws.done, 0.0, token_logp),
+                 done=draws.done | (tokens == eos_id), carry=carry)
 
-
-def _run(draws: Draws, steps: decode.Steps, limits: Array, lengths: list[int], keys: Array,
-         banned_ids: tuple[int, ...], **draw_args: Any) -> Draws:
-  """The sampling loop, one `lax.while_loop` per cache length (as decode._run); it ends
-  when every row has drawn its EOS."""
-  eos_id = draw_args['eos_id']
   for length in lengths:
     def cond(draws: Draws, length: int = length) -> Array:
       return (draws.step < jnp.minimum(length, jnp.max(limits))) & ~jnp.all(draws.done)
-
-    def body(draws: Draws, length: int = length) -> Draws:
-      seqs = draws.seqs[:, None]  # [r, 1, T+1]: one hypothesis a row
-      logp, carry = steps.step(draws.carry, seqs, draws.step, length)  # [r, 1, v]
-      logp = decode.ban_tokens(logp, draws.step, limits, eos_id, banned_ids)[:, 0]  # [r, v]
-      return _draw(draws._replace(carry=carry), logp, keys, **draw_args)
-
-    draws = lax.while_loop(cond, body, draws._replace(carry=steps.grow(draws.carry, length)))
+    draws = lax.while_loop(cond, functools.partial(body, length=length),
+                           draws._replace(carry=steps.grow(draws.carry, length)))
   return draws
 
 
@@ -130,13 +116,11 @@ def draw(params: Any, src: Array, index: Array, key: Array, *,
 
   index [b]: each sentence's number in the input (its keys'); key: PRNGKey(seed). Returns
   ids [b, T] (without the start symbol, ending at EOS, then 0s) and scores [b] = log P(Y|X);
-  with n_samples=n, ids [b, n, T] and scores [b, n], best first. `config` and `params` may
-  be an ensemble's tuples (decode.search, with its `weights`). banned_ids: never drawn, as
-  PAD is not (decode.ban_tokens; the vocabulary's banned_ids(sampling=True)).
-  """
+  with n_samples=n, ids [b, n, T] and scores [b, n], best first. config, params and
+  `weights` as decode.search's; banned_ids: never drawn (the vocabulary's, sampling=True)."""
   vocab_size = decode.members(config)[0].vocab_size
-  if not 0 <= top_k <= vocab_size or extra_length < 0 or (n_samples is not None
-                                                          and n_samples < 1) or not 0 < top_p <= 1:
+  if (not 0 <= top_k <= vocab_size or extra_length < 0 or not 0 < top_p <= 1
+      or (n_samples is not None and n_samples < 1)):
     raise ValueError(f'top_k must be in [0, vocab_size = {vocab_size}], extra_length ≥ 0, '
                      f'n_samples ≥ 1 and top_p in (0, 1], got {top_k}, {extra_length}, '
                      f'{n_samples}, {top_p}')
@@ -152,9 +136,9 @@ def draw(params: Any, src: Array, index: Array, key: Array, *,
                 seqs=jnp.full((b * n, max_len + 1), PAD_ID, jnp.int32),
                 logprob=jnp.zeros(b * n, jnp.float32), done=jnp.zeros(b * n, bool),
                 carry=steps.carry)
-  draws = _run(draws, steps, limits, lengths, row_keys(key, index, n), banned_ids,
-               temperature=temperature, top_k=top_k, eos_id=eos_id,
-               top_k_fn=decode.members(config)[0].forms.top_k, top_p=top_p)
+  draws = _run(draws, steps, limits, lengths, row_keys(key, index, n), temperature=temperature,
+               top_k=top_k, top_k_fn=decode.members(config)[0].forms.top_k, top_p=top_p,
+               eos_id=eos_id, banned_ids=banned_ids)
   ids, scores = draws.seqs[:, 1:].reshape(b, n, max_len), draws.logprob.reshape(b, n)
   if n_samples is None:
     return ids[:, 0], scores[:, 0]
@@ -163,18 +147,7 @@ def draw(params: Any, src: Array, index: Array, key: Array, *,
       scores, order, axis=1)
 
 
-# The temperature and key are traced, not static: another temperature or seed needs no
-# recompilation.
-@functools.partial(jax.jit, static_argnames=('config', 'top_k', 'n_samples', 'extra_length',
-                                             'eos_id', 'use_cache', 'banned_ids', 'top_p',
-                                             'weights'))
-def sample(params: Any, src: Array, index: Array, key: Array, *,
-           config: ModelConfig | decode.Ensemble, temperature: float | Array = 1.0,
-           top_k: int = 0, n_samples: int | None = None, extra_length: int = 50,
-           eos_id: int = EOS_ID, use_cache: bool = True, banned_ids: tuple[int, ...] = (),
-           top_p: float = 1.0, weights: tuple[float, ...] | None = None,
-           ) -> tuple[Array, Array]:
-  """`draw` in one compiled call, compiled once per (b, s) and set of static arguments."""
-  return draw(params, src, index, key, config=config, temperature=temperature, top_k=top_k,
-              n_samples=n_samples, extra_length=extra_length, eos_id=eos_id,
-              use_cache=use_cache, banned_ids=banned_ids, top_p=top_p, weights=weights)
+# `draw` in one compiled call, once per (b, s) and set of static arguments; the temperature
+# and key are traced, so that another temperature or seed needs no recompilation.
+sample = jax.jit(draw, static_argnames=('config', 'top_k', 'n_samples', 'extra_length', 'eos_id',
+                                        'use_cache', 'banned_ids', 'top_p', 'weights'))

@@ -1,13 +1,10 @@
-"""Forced scoring: how likely a trained run finds given translations (fairseq's
---score-reference, marian-scorer), for filtering back-translated pairs and reranking
-n-best lists.
+"""Forced scoring: how likely a trained run finds given translations (fairseq's --score-reference,
+marian-scorer), for filtering back-translated pairs and reranking n-best lists.
 
-A pair's score is the one beam search (§6.1) gives that output: log P(Y|X) / lp(Y), the sum
-of its tokens' log-probabilities, EOS included, over lp(Y) = ((5 + |Y|) / 6)^α (decode.py);
-so the search's own output scores what the search said. With an ensemble each token's
-log-probability is the mean of the models' (decode.ensemble_steps). Pairs are teacher-forced
-in the decoding plan's batches (batch_plan.py: bucketed by the longer side, a handful of
-shapes), each device its own rows.
+A pair's score is the one beam search (§6.1) gives that output, log P(Y|X) / lp(Y) with EOS
+(decode.py), so that the search's own output scores what the search said; an ensemble's
+token log-probabilities are the mean of the models' (decode.ensemble_steps). Pairs are
+teacher-forced in the decoding plan's batches (batch_plan.py), each device its own rows.
 """
 from __future__ import annotations
 
@@ -18,11 +15,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from t2t_jax.config import rules
 from t2t_jax.data.tokenizer import PAD_ID
 from t2t_jax.decoding import batch_plan, decode
 from t2t_jax.model.transformer import ModelConfig, Transformer
@@ -42,8 +37,7 @@ class Scored(NamedTuple):
 def make_scorer(model_config: ModelConfig | decode.Ensemble, mesh: Mesh, *,
                 weights: Sequence[float] | None = None) -> Scorer:
   """The teacher-forced log-probabilities of target tokens, jitted, each device its own rows;
-  model_config and the params may be an ensemble's tuples (their mean, per token, weighted
-  by `weights` if given, as decode.ensemble_steps)."""
+  an ensemble's (tuples) are the models' mean a token, weighted by `weights` if given."""
   models = [Transformer(c.replace(deterministic=True, decode=False))
             for c in decode.members(model_config)]
 
@@ -58,9 +52,8 @@ def make_scorer(model_config: ModelConfig | decode.Ensemble, mesh: Mesh, *,
     mean = total / len(models) if weights is None else total
     return jnp.where(targets != PAD_ID, mean, 0.0)  # [b, t]
 
-  sharded = jax.shard_map(token_logprobs, mesh=mesh, in_specs=(P(), P(AXIS), P(AXIS)),
-                          out_specs=P(AXIS), check_vma=False)
-  return jax.jit(sharded)
+  return jax.jit(jax.shard_map(token_logprobs, mesh=mesh, in_specs=(P(), P(AXIS), P(AXIS)),
+                               out_specs=P(AXIS), check_vma=False))
 
 
 def score_ids(scorer: Scorer, params: Any, sources: Sequence[Sequence[int]],
@@ -69,18 +62,13 @@ def score_ids(scorer: Scorer, params: Any, sources: Sequence[Sequence[int]],
   """Scored of each (source ids, target ids) pair, EOS ending both, in input order."""
   results: list[Scored | None] = [None] * len(sources)
   lengths = [max(len(s), len(t)) for s, t in zip(sources, targets, strict=True)]
-  for indices, rows, length in batch_plan.decoding_batches(
-      lengths, tokens_per_batch=rules.decode_tokens_of(config), num_devices=mesh.size,
-      bucket_growth=config.decode_bucket_growth, max_length=config.max_decode_input_length):
+  for indices, rows, length in batch_plan.config_batches(lengths, config, mesh.size):
     src, tgt = (np.full((rows, length), PAD_ID, np.int32) for _ in range(2))
     for r, i in enumerate(indices):
       src[r, :len(sources[i])], tgt[r, :len(targets[i])] = sources[i], targets[i]
-    share = rows // jax.process_count()
-    mine = slice(share * jax.process_index(), share * (jax.process_index() + 1))
+    mine = batch_plan.process_rows(rows)
     batch = shard_batch({'src': src[mine], 'tgt': tgt[mine]}, mesh)
-    logp = scorer(params, batch['src'], batch['tgt'])
-    logp = np.asarray(logp if jax.process_count() == 1
-                      else multihost_utils.process_allgather(logp, tiled=True))
+    logp = batch_plan.gather_rows(scorer(params, batch['src'], batch['tgt']))
     for r, i in enumerate(indices):
       tokens = logp[r, :len(targets[i])].astype(np.float64)
       total = float(tokens.sum())
@@ -90,13 +78,9 @@ def score_ids(scorer: Scorer, params: Any, sources: Sequence[Sequence[int]],
 
 
 def format_scores(scored: Sequence[Scored], *, per_token: bool = False) -> str:
-  """A line a pair: its score (6 decimals); with per_token, `SCORE ||| LOGPROB ||| t1 t2 ...`
-  (log P(Y|X), then each target token's log-probability, EOS last)."""
-  lines = []
-  for s in scored:
-    if per_token:
-      tokens = ' '.join(f'{t:.6f}' for t in s.tokens)
-      lines.append(f'{s.score:.6f} ||| {s.logprob:.6f} ||| {tokens}')
-    else:
-      lines.append(f'{s.score:.6f}')
+  """A line a pair: its score (6 decimals); per_token: `SCORE ||| LOGPROB ||| t1 t2 ...`."""
+  lines = [f'{s.score:.6f}' for s in scored]
+  if per_token:
+    lines = [f'{line} ||| {s.logprob:.6f} ||| ' + ' '.join(f'{t:.6f}' for t in s.tokens)
+             for line, s in zip(lines, scored, strict=True)]
   return ''.join(line + '\n' for line in lines)

@@ -6,19 +6,16 @@ Einsum letter legend, used throughout this file:
 
 Choices the paper leaves open (the first and third as in tensor2tensor):
   * the Q/K/V/output projections of attention have no bias; the FFN layers do;
-  * token 0 is padding and doubles as the decoder's start symbol: the first decoder input
-    is id 0's (learned) embedding. tensor2tensor differs here: it shifts the embedded
-    targets, so its first decoder input is a zero vector (plus the position's sinusoid);
+  * token 0 is padding and the decoder's start symbol: the first decoder input is its learned
+    embedding, where tensor2tensor's is a zero vector plus the position's sinusoid;
   * the shared embedding is initialised N(0, d_model^-1), so that after the ×√d_model
     of §3.4 token vectors have unit variance, like the sinusoids they are added to;
-  * with a reduced compute dtype (bfloat16), the pre-softmax logits and attention's
-    Q·Kᵀ / √d_k are still computed into float32 (kernels.einsum_f32), and every softmax
-    runs in float32: a 37000-way softmax over bf16-rounded logits is the largest fidelity
-    risk of bf16.
+  * with a bfloat16 compute dtype, the pre-softmax logits and attention's Q·Kᵀ / √d_k are
+    computed into float32 (kernels.einsum_f32) and every softmax runs in float32: a
+    37000-way softmax over bf16-rounded logits is bf16's largest fidelity risk.
 
-Hardware forms (a backend's faster way to compute the same thing: dense-layer products,
-dropout bits, the tied logits) come from `kernels.get(config.kernels)` (kernels.py); with
-config.kernels='xla' this file is plain flax and einsum.
+Hardware forms (dense-layer products, dropout bits, the tied logits) come from
+`kernels.get(config.kernels)`; with config.kernels='xla' this file is plain flax and einsum.
 """
 from __future__ import annotations
 
@@ -35,24 +32,16 @@ import numpy as np
 
 from t2t_jax.config import rules
 
-# Padding (0), defined once, with the vocabulary; it doubles as the decoder's start-of-
-# sequence input (§3.1, shift_right). `from t2t_jax.model.transformer import PAD_ID` keeps working.
+# Padding (0), defined with the vocabulary, is the decoder's start symbol too (§3.1, shift_right).
 from t2t_jax.data.tokenizer import PAD_ID
 from t2t_jax.model import kernels
-
-POSITIONAL = rules.POSITIONAL  # the one list is the validator's (MODEL_RULES)
 
 Array = jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """Hyper-parameters of §3 and Table 3, plus two mode flags.
-
-  Built straight from the experiment config: `ModelConfig.from_config(config)`; modes by
-  `.replace(deterministic=True)` (no dropout) or `.replace(decode=True)` (incremental
-  decoding with a key/value cache).
-  """
+  """Hyper-parameters of §3 and Table 3, plus two mode flags, set by `.replace(...)`."""
   vocab_size: int
   num_layers: int = 6  # N
   d_model: int = 512
@@ -69,19 +58,15 @@ class ModelConfig:
   decode: bool = False  # True: the decoder runs one position at a time from a cache
 
   def __post_init__(self):
-    # The validator's rules and messages (rules.MODEL_RULES), for a ModelConfig built
-    # by hand as for one built from a config: a bad value fails before anything compiles.
+    # rules.MODEL_RULES, for one built by hand too: a bad value fails before anything compiles.
     rules.check_model({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict, platform: str | None = None,
                   ) -> ModelConfig:
-    """The model's dataclass, built straight from config.model (§3, Table 3) and the shared
-    config.vocab_size (§5.1), with dtype and kernels 'auto' resolved for `platform` ('cpu',
-    'cuda', 'tpu', ...; None: this machine's backend): rules.compute_dtype and
-    kernel_forms. A key of config.model it has no field for is an error (errors.UserError),
-    not silently ignored; rules.validate(config, mode) comes first.
-    """
+    """From config.model (§3, Table 3) and config.vocab_size (§5.1), after rules.validate(config,
+    mode), with 'auto' dtype and kernels resolved for `platform` ('cpu', 'cuda', 'tpu'; None:
+    this machine's). A key of config.model it has no field for is an errors.UserError."""
     rules.check_model_keys_known(config.model.keys())
     fields = config.model.to_dict()
     if fields.get('dtype') == 'auto':
@@ -92,7 +77,6 @@ class ModelConfig:
 
   @property
   def forms(self) -> kernels.Kernels:
-    """The hardware forms config.kernels names (kernels.py)."""
     return kernels.get(self.kernels)
 
   @property
@@ -108,11 +92,8 @@ class ModelConfig:
 
 
 def sinusoidal_positions(positions: Array, d_model: int) -> Array:
-  """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...), §3.5.
-
-  Sines on even and cosines on odd dimensions, interleaved as in the paper's formula.
-  positions: [...] integer -> [..., d_model] float32.
-  """
+  """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...), §3.5, interleaved
+  as in the formula. positions: [...] integer -> [..., d_model] float32."""
   two_i = np.arange(0, d_model, 2, dtype=np.float32)  # [d_model / 2]
   angles = positions[..., None].astype(jnp.float32) / (10000.0 ** (two_i / d_model))
   pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [..., d_model/2, 2]
@@ -137,9 +118,8 @@ def segment_mask(query_segments: Array, key_segments: Array) -> Array:
 
 
 def shift_right(targets: Array, positions: Array | None = None) -> Array:
-  """Decoder inputs: the targets one position later, PAD_ID as start symbol, §3.1. In a
-  packed row (`positions` within each pair) every pair starts with PAD_ID, not with the
-  previous pair's last token."""
+  """Decoder inputs: the targets one position later, PAD_ID as start symbol, §3.1; in a
+  packed row (`positions` within each pair) every pair starts with PAD_ID."""
   shifted = jnp.pad(targets, ((0, 0), (1, 0)), constant_values=PAD_ID)[:, :-1]
   return shifted if positions is None else jnp.where(positions == 0, PAD_ID, shifted)
 
@@ -149,15 +129,12 @@ def scaled_dot_product_attention(query: Array, key: Array, value: Array, mask: A
   """Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, §3.2.1, Figure 2 (left).
 
   query [b, q, h, d_k], key [b, k, h, d_k], value [b, k, h, d_v], mask broadcastable to
-  [b, h, q, k] (True = may attend). Returns ([b, q, h, d_v], weights [b, h, q, k]).
-  `kv_layout='bhdk'`: key [b, h, d_k, k] and value [b, h, d_v, k] instead, the layout of
-  the decoding cache, which XLA's CPU dot reads fastest for a few queries over a long key
-  axis (docs/performance.md).
-  The logits and the softmax are float32 whatever the compute dtype.
+  [b, h, q, k] (True = may attend) -> ([b, q, h, d_v], float32 weights [b, h, q, k]).
+  `kv_layout='bhdk'`: key [b, h, d_k, k] and value [b, h, d_v, k], the cross-attention
+  cache's layout, which XLA:CPU's dot reads fastest for a few queries.
   """
-  d_k = query.shape[-1]
-  logits = kernels.einsum_f32(f'bqhd,{kv_layout}->bhqk', query, key) / np.sqrt(
-      d_k).astype(np.float32)
+  scale = np.sqrt(query.shape[-1]).astype(np.float32)  # √d_k
+  logits = kernels.einsum_f32(f'bqhd,{kv_layout}->bhqk', query, key) / scale
   if mask is not None:
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
   weights = jax.nn.softmax(logits, axis=-1)
@@ -167,28 +144,21 @@ def scaled_dot_product_attention(query: Array, key: Array, value: Array, mask: A
 
 def cached_attention(query: Array, key: Array, value: Array, cached_key: Array,
                      cached_value: Array, cache_mask: Array) -> tuple[Array, Array]:
-  """Scaled dot-product attention (§3.2.1) of one decoding step: over a cache of earlier
-  positions and the step's own position.
+  """Scaled dot-product attention (§3.2.1) of one decoding step over the n cached slots that
+  cache_mask [b, 1, q, n] allows and the step's own position.
 
-  query/key/value [b, q, h, d]: this step's, one row per hypothesis; cached_key [b, h, d, n]
-  and cached_value [b, h, n, d], n cache slots: for the two einsums over the cache, the
-  layouts XLA:CPU's dots read fastest (the scores Q·K and the weighted sum W·V as plain
-  [q, d]·[d, n] and [q, n]·[n, d] products); cache_mask [b, 1, q, n] (True = may attend).
-  Each query attends to the slots the mask allows and to its own new key. The cache is only
-  read, never concatenated with the new key, so XLA can then write the new key into it in
-  place (on a CPU it does so with region-based copy insertion, xla.CPU_FLAGS).
-  Returns ([b, q, h, d_v], weights [b, h, q, n + 1]: the own position last).
+  query/key/value [b, q, h, d], one row per hypothesis; cached_key [b, h, d, n] and
+  cached_value [b, h, n, d], the layouts XLA:CPU's dots read fastest (docs/performance.md).
+  The cache is only read, never concatenated with the new key, so that XLA can write that
+  into it in place (xla.CPU_FLAGS). Returns ([b, q, h, d_v], weights [b, h, q, n + 1], own
+  position last).
   """
   scale = 1 / np.sqrt(query.shape[-1]).astype(np.float32)
   old = kernels.einsum_f32('bqhd,bhdn->bhqn', query, cached_key) * scale  # [b, h, q, n]
   old = jnp.where(cache_mask, old, jnp.finfo(jnp.float32).min)
   own = kernels.einsum_f32('bqhd,bqhd->bhq', query, key)[..., None] * scale  # [b, h, q, 1]
-  weights = jax.nn.softmax(jnp.concatenate([old, own], axis=-1), axis=-1)
-  weights = weights.astype(value.dtype)
-  # The values as [b, h, n, d] rather than the keys' [b, h, d, n]: XLA:CPU's dot streams that
-  # layout faster for the weighted sum over a long cache, which shortens every decoding step
-  # (docs/performance.md; the same ids). Written [b, h, q, d], then transposed: XLA:CPU's dot
-  # is much slower writing [b, q, h, d] itself (a [b, h, q, d] result is small).
+  weights = jax.nn.softmax(jnp.concatenate([old, own], axis=-1), axis=-1).astype(value.dtype)
+  # Written [b, h, q, d], then transposed: XLA:CPU's dot is much slower writing [b, q, h, d].
   from_cache = jnp.einsum('bhqn,bhnd->bhqd', weights[..., :-1], cached_value)  # [b, h, q, d_v]
   from_own = jnp.einsum('bhq,bqhd->bqhd', weights[..., -1], value)  # [b, q, h, d_v]
   out = jnp.transpose(from_cache, (0, 2, 1, 3)) + from_own  # [b, q, h, d_v]
@@ -196,9 +166,7 @@ def cached_attention(query: Array, key: Array, value: Array, cached_key: Array,
 
 
 class Dropout(nn.Module):
-  """Dropout (Srivastava et al., 2014) as §5.4 applies it: each element kept with
-  probability 1 - rate and scaled by 1 / (1 - rate), as flax's nn.Dropout, with the
-  'dropout' RNG stream; the random bits from `bits` (config.forms.dropout_bits)."""
+  """Dropout (Srivastava et al., 2014) of §5.4 as flax's nn.Dropout, its bits from `bits`."""
   rate: float
   bits: Callable[[tuple[int, ...], Array], Array]
 
@@ -218,13 +186,7 @@ class MultiHeadAttention(nn.Module):
 
   MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K,
   V W_i^V); W^Q, W^K are d_model × h·d_k and W^V is d_model × h·d_v, with d_k and d_v free
-  of d_model / h (Table 3 rows A, B).
-
-  With `config.decode`, the queries are the k hypotheses (beams) of each sentence at one
-  position, [b, k, m]. Self-attention (`cache='self'`) attends over every hypothesis's
-  cached positions, as `mask` [b, k, k, T] allows, and its own new one, then writes that
-  into the 'cache' collection (see `_cached_self_attention`). Encoder-decoder attention
-  (`cache='cross'`) projects the encoder output once, per sentence, for all k hypotheses.
+  of d_model / h (Table 3 rows A, B). With `config.decode`, see Transformer.decode.
   """
   config: ModelConfig
   cache: str | None = None  # None | 'self' | 'cross'
@@ -233,31 +195,31 @@ class MultiHeadAttention(nn.Module):
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Array, mask: Array | None) -> Array:
     c = self.config
-    dense = lambda features, name: nn.DenseGeneral(  # noqa: E731
-        features, use_bias=False, dtype=c.dtype, kernel_init=nn.initializers.xavier_uniform(),
-        dot_general=c.forms.dot_general, name=name)
+    dense = lambda features, name, axis=-1: nn.DenseGeneral(  # noqa: E731
+        features, axis=axis, use_bias=False, dtype=c.dtype,
+        kernel_init=nn.initializers.xavier_uniform(), dot_general=c.forms.dot_general, name=name)
     query = dense((c.num_heads, c.key_size), 'query')(inputs_q)  # [b, q, h, d_k]
-    if c.decode and self.cache == 'cross':
-      key, value = self._cross_cache(dense, inputs_kv)  # [b, h, d, s]
+    key_proj = dense((c.num_heads, c.key_size), 'key')
+    value_proj = dense((c.num_heads, c.value_size), 'value')
+    if c.decode and self.cache == 'cross':  # projected once, when the cache is created
+      to_bhds = lambda x: jnp.transpose(x, (0, 2, 3, 1))  # noqa: E731  [b, s, h, d] -> [b, h, d, s]
+      key = self.variable('cache', 'cross_key', lambda: to_bhds(key_proj(inputs_kv))).value
+      value = self.variable('cache', 'cross_value', lambda: to_bhds(value_proj(inputs_kv))).value
       out, weights = scaled_dot_product_attention(query, key, value, mask, kv_layout='bhdk')
     else:
-      key = dense((c.num_heads, c.key_size), 'key')(inputs_kv)  # [b, k, h, d_k]
-      value = dense((c.num_heads, c.value_size), 'value')(inputs_kv)  # [b, k, h, d_v]
+      key, value = key_proj(inputs_kv), value_proj(inputs_kv)  # [b, k, h, d_k], [b, k, h, d_v]
       if c.decode and self.cache == 'self':
         out, weights = self._cached_self_attention(query, key, value, mask)
       else:
         out, weights = self._attention(query, key, value, mask)
     if weights is not None:
       self.sow('intermediates', 'attention_weights', weights)
-    return nn.DenseGeneral(c.d_model, axis=(-2, -1), use_bias=False, dtype=c.dtype,
-                           kernel_init=nn.initializers.xavier_uniform(),
-                           dot_general=c.forms.dot_general, name='out')(out)
+    return dense(c.d_model, 'out', axis=(-2, -1))(out)
 
   def _attention(self, query: Array, key: Array, value: Array, mask: Array | None,
                  ) -> tuple[Array, Array | None]:
-    """(out, weights): the forms' attention (kernels.py) where it serves and no attention
-    maps are asked for (the 'intermediates' collection, which needs the weights), else
-    scaled_dot_product_attention."""
+    """The forms' fused attention (weights None) where it serves and no attention maps (the
+    'intermediates' collection) are asked for, else scaled_dot_product_attention."""
     fused = self.config.forms.attention
     if fused is not None and not self.is_mutable_collection('intermediates'):
       out = fused(query, key, value, mask)
@@ -269,13 +231,9 @@ class MultiHeadAttention(nn.Module):
                              mask: Array | None) -> tuple[Array, Array]:
     """One decoding step of self-attention: query/key/value [b, k, h, d], k hypotheses.
 
-    The cache holds keys [b, h, d, k, T] and values [b, h, k, T, d] (see cached_attention):
-    slot (j, t) is what hypothesis j wrote at step t. `mask` [b, k, k, T] says which slots
-    each hypothesis may read: beam search passes each hypothesis's ancestry (the slots of
-    its prefix), so that re-ranking beams never moves the cache. None: each hypothesis
-    reads its own slots. Slots from the index on are hidden either way. A call with
-    `cache_length` creates the cache (zeros, index 0) and writes nothing; its result is a
-    first step's.
+    Cache slot (j, t), of keys [b, h, d, k, T] and values [b, h, k, T, d], is what hypothesis
+    j wrote at step t; `mask`: Transformer.decode's beam_mask, slots from the index on hidden.
+    A call with `cache_length` creates the cache (zeros) and writes nothing.
     """
     (b, k, h, d_k), d_v = key.shape, value.shape[-1]
     T = self.cache_length  # None once the cache exists: only its creation reads it
@@ -300,16 +258,6 @@ class MultiHeadAttention(nn.Module):
       index.value = i + 1
     return out, weights
 
-  def _cross_cache(self, dense, encoded: Array) -> tuple[Array, Array]:
-    """Keys/values of the encoder output, [b, h, d, s], computed when the cache is created."""
-    c = self.config
-    key_proj = dense((c.num_heads, c.key_size), 'key')
-    value_proj = dense((c.num_heads, c.value_size), 'value')
-    to_bhds = lambda x: jnp.transpose(x, (0, 2, 3, 1))  # noqa: E731  [b, s, h, d] -> [b, h, d, s]
-    key = self.variable('cache', 'cross_key', lambda: to_bhds(key_proj(encoded)))
-    value = self.variable('cache', 'cross_value', lambda: to_bhds(value_proj(encoded)))
-    return key.value, value.value
-
 
 class FeedForward(nn.Module):
   """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, §3.3."""
@@ -326,15 +274,14 @@ class FeedForward(nn.Module):
 
 
 class SubLayer(nn.Module):
-  """LayerNorm(x + Dropout(Sublayer(x))): the residual connection of §3.1 (post-LN)
-  with the residual dropout of §5.4."""
+  """LayerNorm(x + Dropout(Sublayer(x))): §3.1's residual connection, §5.4's dropout."""
   config: ModelConfig
 
   @nn.compact
   def __call__(self, x: Array, sublayer_out: Array) -> Array:
     c = self.config
     y = Dropout(c.dropout_rate, c.forms.dropout_bits)(sublayer_out, deterministic=c.deterministic)
-    return nn.LayerNorm(epsilon=1e-6, dtype=self.config.dtype, name='layer_norm')(x + y)
+    return nn.LayerNorm(epsilon=1e-6, dtype=c.dtype, name='layer_norm')(x + y)
 
 
 class EncoderLayer(nn.Module):
@@ -389,18 +336,17 @@ class InputEmbedding(nn.Module):
   shared_embedding: SharedEmbedding
 
   @nn.compact
-  def __call__(self, ids: Array, positions: Array) -> Array:
+  def __call__(self, ids: Array, positions: Array | None) -> Array:
     c = self.config
+    if positions is None:
+      positions = jnp.arange(ids.shape[1])[None, :]  # [1, t]
     x = self.shared_embedding.embed(ids)  # [b, t, m]
     if c.positional == 'sinusoidal':
       pe = sinusoidal_positions(positions, c.d_model)
     else:
-      # Positions 0..max_len-1 only (Table 3 row E). Out-of-range lookups would read NaN
-      # (jnp.take's fill) and, through attention, spread it to every position; a padded
-      # batch can reach past max_len with padding alone (its length is rounded up to a
-      # bucket), so those positions read the last row instead. Real tokens never get
-      # there: training pairs are filtered at config.max_length ≤ max_len, dev-loss pairs at
-      # max_len (batching.make_eval_set), decoding inputs at max_len - decode_extra_length.
+      # Table 3 row E. A bucket's padding may reach past max_len, where a lookup would read NaN
+      # (jnp.take's fill) and spread it through attention: it reads the last row. Real tokens
+      # never get there (pairs are filtered at max_len, inputs at max_len - extra length).
       pe = nn.Embed(c.max_len, c.d_model, embedding_init=nn.initializers.normal(0.5 ** 0.5),
                     name='learned_positions')(jnp.minimum(positions, c.max_len - 1))
     x = x + pe.astype(x.dtype)
@@ -415,10 +361,7 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, src: Array, segments: Array | None = None,
                positions: Array | None = None) -> Array:
-    """src [b, s] ids -> [b, s, m]. Packed rows: `segments` and `positions` [b, s], each
-    pair attending to itself alone, its positions its own (segment_mask)."""
-    if positions is None:
-      positions = jnp.arange(src.shape[1])[None, :]
+    """src [b, s] ids -> [b, s, m]; packed rows with `segments` and `positions` [b, s]."""
     x = InputEmbedding(self.config, self.shared_embedding, name='input_embedding')(src, positions)
     # [b, 1, 1, s], or [b, 1, s, s] for packed rows
     src_mask = padding_mask(src) if segments is None else segment_mask(segments, segments)
@@ -436,21 +379,12 @@ class Decoder(nn.Module):
   def __call__(self, decoder_inputs: Array, encoded: Array, src_mask: Array, *,
                beam_mask: Array | None = None, cache_length: int | None = None,
                segments: Array | None = None, positions: Array | None = None) -> Array:
-    """decoder_inputs [b, t] ids -> logits [b, t, v].
-
-    Training: t target positions. Target padding needs no mask of its own: it only ever
-    follows the real tokens, and the causal mask already hides later positions from them.
-    Packed rows: `segments` and `positions` [b, t] of the targets; each pair attends to its
-    own earlier positions alone (src_mask then masks the source to the pair too).
-    Decoding (`config.decode`): t = k hypotheses of each sentence, all at the cache's
-    position; `beam_mask` and `cache_length` as in `Transformer.decode`.
-    """
+    """decoder_inputs [b, t] ids -> logits [b, t, v] (Transformer.decode). Target padding
+    needs no mask: it only follows the real tokens, and the causal mask hides it from them."""
     c = self.config
     self_mask = causal_mask(decoder_inputs.shape[1])  # [1, 1, t, t]
     if segments is not None:
       self_mask = self_mask & segment_mask(segments, segments)  # [b, 1, t, t]
-    if positions is None:
-      positions = jnp.arange(decoder_inputs.shape[1])[None, :]  # [1, t]
     if c.decode:
       creating = not self.has_variable('cache', 'position')
       position = self.variable('cache', 'position', lambda: jnp.array(0, jnp.int32))
@@ -464,8 +398,7 @@ class Decoder(nn.Module):
 
 
 class Transformer(nn.Module):
-  """Encoder-decoder Transformer, Figure 1. `encode` and `decode` are separate entry points
-  so that decoding can run the encoder once and the decoder step by step."""
+  """Encoder-decoder Transformer, Figure 1; `encode` and `decode` apart, for decoding."""
   config: ModelConfig
 
   def setup(self):
@@ -484,14 +417,11 @@ class Transformer(nn.Module):
              tgt_positions: Array | None = None) -> Array:
     """Logits [b, t, v] of the next token at each decoder input position.
 
-    Training: decoder_inputs = shift_right(targets), [b, t].
-
-    Decoding (`config.decode`, 'cache' collection mutable): decoder_inputs [b, k] are the
-    previous tokens of k hypotheses (beams) of each sentence, all at the same position, and
-    the logits [b, k, v] are their next-token distributions. One call with `cache_length`
-    (T, the longest output) creates the cache; each later call is one step. `beam_mask`
-    [b, k, k, T]: which hypotheses' cached positions each hypothesis descends from (None:
-    its own), so that beams can be re-ranked without moving the cache.
+    Training: decoder_inputs = shift_right(targets), [b, t]. Decoding (`config.decode`,
+    'cache' mutable): the previous tokens [b, k] of k hypotheses a sentence, at one position,
+    -> [b, k, v]; a call with `cache_length` (T, the longest output) creates the cache, each
+    later call is one step. `beam_mask` [b, k, k, T]: whose cached positions each hypothesis
+    descends from (None: its own), so that re-ranking beams never moves the cache.
     """
     src_mask = (padding_mask(src) if src_segments is None  # [b, 1, 1, s] or [b, 1, t, s]
                 else segment_mask(tgt_segments, src_segments))
@@ -503,8 +433,7 @@ class Transformer(nn.Module):
                src_positions: Array | None = None, tgt_segments: Array | None = None,
                tgt_positions: Array | None = None) -> Array:
     """Teacher-forced logits [b, t, v] for targets [b, t] given src [b, s]. Packed rows
-    (data/packing.py): each side's segments and positions [b, s] and [b, t]; every pair's
-    logits are then what they are alone."""
+    (data/packing.py): each side's segments and positions; every pair's logits as alone."""
     encoded = self.encode(src, src_segments, src_positions)
     return self.decode(encoded, src, shift_right(targets, tgt_positions),
                        src_segments=src_segments, tgt_segments=tgt_segments,
@@ -537,14 +466,10 @@ def closed_form_param_count(c: ModelConfig) -> int:
 
 def train_step_flops(c: ModelConfig, rows: int, source_length: int, target_length: int) -> int:
   """The matmul FLOPs of one training step on [rows, source_length] sources and [rows,
-  target_length] targets, from the architecture alone: 3 × the forward pass's (a product's
-  backward pass is two products of its size), 2 FLOPs a multiply-add, padding counted as
-  computed. Forward: every token through the weights it meets (2 × weights a token), plus
-  attention's Q·Kᵀ and weights·V over every key, the causal half included (it is computed,
-  then masked).
-  """
-  m, h, d_k, d_v, s, t = c.d_model, c.num_heads, c.key_size, c.value_size, source_length, \
-      target_length
+  target_length] targets: 3 × the forward pass's (a backward pass is two products of each
+  size), 2 FLOPs a multiply-add, padding and the masked causal half of attention included."""
+  m, h, d_k, d_v = c.d_model, c.num_heads, c.key_size, c.value_size
+  s, t = source_length, target_length
   projections = 2 * m * h * (2 * d_k + d_v) + 2 * h * d_v * m  # W^Q, W^K, W^V, W^O
   ffn = 4 * m * c.d_ff  # W_1, W_2
   attend = lambda keys: 2 * keys * h * (d_k + d_v)  # noqa: E731  Q·Kᵀ and weights·V, a query

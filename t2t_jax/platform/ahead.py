@@ -1,20 +1,11 @@
 """Compiling ahead: every batch shape of a run compiled in background threads before a step
 needs it.
 
-Each distinct batch shape is a compilation of the train step (§5.1's length buckets give a
-WMT run tens of shapes: benchmarks/compilation.py), seconds on a CPU and 15-30 s on a GPU.
-Compiled when first met, they stall stepping again and again until the first epoch has
-met them all. The epoch plan knows the shapes in advance (TrainBatches.batch_shapes), so
-`Precompiled` starts every compilation at once, in the order the batches first need them,
-on `threads` background threads; a step waits only for a compilation already running, a
-shape still queued when a step needs it is compiled at once on the step's thread, and a
-restart reads them from the persistent compilation cache (xla.enable_compilation_cache).
-Dev BLEU's beam search is compiled the same way, for the dev set's decoding batches
-(`searches`).
-
-Plumbing: nothing in here changes what is computed. The compiled program of a shape is the
-one `jax.jit` would compile for it, and a shape outside the plan is compiled when met, as
-before.
+§5.1's length buckets give a WMT run tens of batch shapes (benchmarks/compilation.py), each a
+compilation of the train step that, met unprepared, stalls stepping again and again through
+the first epoch. The epoch plan knows the shapes (TrainBatches.batch_shapes), so `Precompiled`
+compiles them all at once, first-needed first; dev BLEU's beam search likewise (`searches`).
+Each executable is the one `jax.jit` would compile for its shapes.
 """
 from __future__ import annotations
 
@@ -43,34 +34,26 @@ Shape = tuple[int, int, int]  # global (rows, source length, target length)
 
 
 def default_threads() -> int:
-  """Background compilations at a time: a quarter of the cores, at most 8 (XLA's compiler
-  runs parts of one compilation in parallel too, and the training loop needs its share).
-  None below 4 cores: there a compilation beside the step takes the cores the step runs on
-  (XLA:CPU), and shapes are compiled when met."""
+  """Background compilations at a time: a quarter of the cores, at most 8, since XLA compiles
+  in parallel too and the training loop needs its share; none below 4 cores, where a
+  compilation beside the step would take the step's cores (shapes are compiled when met)."""
   cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
   return min(8, (cores or 1) // 4)
 
 
 def _abstract(tree: Any) -> Any:
-  """Shapes, dtypes and shardings of an array tree, holding no buffers (a donated state's
-  stay valid)."""
+  """Shapes, dtypes and shardings of an array tree, no buffers (a donated state's stay valid)."""
   return jax.tree_util.tree_map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding,
                                      weak_type=getattr(x, 'weak_type', False)), tree)
 
 
 class Precompiled:
-  """`fn(*args)` (a jitted function) run from executables compiled ahead, one per key: the
-  shapes of the arguments that change from call to call (the rest keep theirs).
-
-  keys: those of the calls to come, first-needed first, compiled on `pool`'s threads
-  (make_pool) in that order, after what was submitted before them; `abstract(key)` gives
-  the abstract arguments a key is compiled for, and `key_of(args)` a call's key. No pool:
-  each key is compiled when first met, on the calling thread, as jax.jit does.
-  `blocked_s`: seconds calls spent waiting for a compilation (the cost this removes);
+  """`fn(*args)` (a jitted function) run from executables compiled ahead, one per key (the
+  shapes of the arguments that change from call to call), `keys` first-needed first on `pool`'s
+  threads; without a pool, when first met, as jax.jit does. `abstract(key)`: a key's abstract
+  arguments; `key_of(args)`: a call's key. `blocked_s`: seconds calls waited for a compilation;
   `compiled_on_call`: keys compiled on a caller's thread (not begun ahead, or unplanned).
-  The log shows how far the planned keys are, with an ETA when it takes long, and one line
-  when they are all compiled: from then on no call waits.
   """
 
   def __init__(self, fn: Callable, keys: Sequence[Hashable],
@@ -92,13 +75,10 @@ class Precompiled:
       self._compiled[key].add_done_callback(lambda f, key=key: self._compiled_one(key, f))
 
   def _compiled_one(self, key: Hashable, future: concurrent.futures.Future) -> None:
-    """Counts a planned key's compilation done (here or on a caller's thread); the last one
-    logs that all are ready."""
+    """Counts a planned key's compilation done; the last one logs that all are ready."""
     if future.cancelled() or future.exception() is not None or key not in self._planned:
       return
-    with self._progress_lock:
-      if key in self._ready:
-        return
+    with self._progress_lock:  # a key completes once: a replaced future was cancelled
       self._ready.add(key)
       self._progress.update()
       if self._ready == self._planned:
@@ -143,11 +123,9 @@ def steps(step: Callable, fixed: Any, shapes: Sequence[Shape], mesh: Mesh, *,
   sharding = NamedSharding(mesh, P(AXIS))
 
   def abstract(key: tuple) -> tuple:
-    arrays = {}
-    for side, (batch_key, shape) in enumerate(zip(BATCH_KEYS, key, strict=True)):
-      for k in (batch_key, *(PACKED_KEYS[side] if packed else ())):
-        arrays[k] = jax.ShapeDtypeStruct(shape, np.int32, sharding=sharding)
-    return fixed, arrays
+    return fixed, {k: jax.ShapeDtypeStruct(shape, np.int32, sharding=sharding)
+                   for side, shape in enumerate(key)
+                   for k in (BATCH_KEYS[side], *(PACKED_KEYS[side] if packed else ()))}
   return Precompiled(step, [((rows, s), (rows, t)) for rows, s, t in shapes], abstract,
                      lambda args: tuple(tuple(args[1][k].shape) for k in BATCH_KEYS),
                      pool=pool, name=name)
@@ -173,16 +151,14 @@ def searches(search: Callable, params: Any, shapes: Sequence[tuple[int, int]], m
 def make_pool(threads: int) -> concurrent.futures.ThreadPoolExecutor | None:
   """The background threads Precompiled compiles on (None for threads = 0: compile when met).
   Training runs inside `cancelled_on_exit(pool)`."""
-  if not threads:
-    return None
-  return concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix='compile_ahead')
+  return (concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix='compile_ahead')
+          if threads else None)
 
 
 @contextlib.contextmanager
 def cancelled_on_exit(pool: concurrent.futures.ThreadPoolExecutor | None) -> Iterator[None]:
-  """On leaving, however training ends (its last step, a signal, an error), the
-  compilations not yet started are dropped: the process then exits once the running ones
-  are done, not after every queued shape."""
+  """On leaving, however training ends, drops the compilations not yet started: the process
+  then exits once the running ones are done, not after every queued shape."""
   try:
     yield
   finally:

@@ -1,11 +1,9 @@
 """Several processes, one run: starting JAX's distributed runtime, and keeping hosts agreed.
 
-Plumbing, not paper. A multi-process run (a TPU pod slice, GPU hosts under Slurm, or any
-processes given a coordinator) is the same program on every process; these helpers make
-every decision that could differ between hosts (a signal that reached one host, a clock
-running out, a vocabulary built from another disk) the same on all of them, so that no
-host waits forever in a collective the others never enter. In a single process every
-helper is a no-op.
+A multi-process run (a TPU pod slice, GPU hosts under Slurm) is the same program on every
+process; these helpers make every decision that could differ between hosts (a signal that
+reached one host, a clock running out, a vocabulary built from another disk) the same on all,
+so that no host waits forever in a collective the others never enter. In one process, no-ops.
 """
 from __future__ import annotations
 
@@ -30,29 +28,20 @@ T = TypeVar('T')
 
 def initialize(*, heartbeat_timeout_s: int = 60, start_timeout_s: int = 300) -> None:
   """`jax.distributed.initialize()`, told JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
-  JAX_PROCESS_ID where they are set; elsewhere JAX finds the cluster itself (TPU VMs,
-  Slurm, Open MPI, Kubernetes).
-
-  A process that sends no heartbeat for `heartbeat_timeout_s` seconds counts as dead and
-  the runtime stops all the others ("Terminating process because the JAX distributed
-  service detected fatal errors"; a collective in flight may fail first, with gloo's or
-  NCCL's error), so a dead host ends the run in bounded time instead of leaving the rest
-  waiting in a collective; rerunning the command resumes.
-
-  Until every process has connected, one that waits says so every WAIT_LOG_S seconds;
-  after `start_timeout_s` it ends with one line naming the processes it waited for (JAX's
-  own timeout would abort with a C++ stack trace, after 300 s of silence).
+  JAX_PROCESS_ID where set; elsewhere JAX finds the cluster itself (TPU VMs, Slurm, Open MPI,
+  Kubernetes). A process silent for `heartbeat_timeout_s` counts as dead and the runtime stops
+  all the others, so that a dead host ends the run in bounded time (rerunning resumes); one
+  still waiting for the others after `start_timeout_s` ends with one line naming them.
   """
-  env = os.environ
   kwargs = {}
-  if env.get('JAX_COORDINATOR_ADDRESS'):
-    kwargs['coordinator_address'] = env['JAX_COORDINATOR_ADDRESS']
+  if os.environ.get('JAX_COORDINATOR_ADDRESS'):
+    kwargs['coordinator_address'] = os.environ['JAX_COORDINATOR_ADDRESS']
   for key, name in (('num_processes', 'JAX_NUM_PROCESSES'), ('process_id', 'JAX_PROCESS_ID')):
-    if env.get(name):
+    if value := os.environ.get(name):
       try:
-        kwargs[key] = int(env[name])
+        kwargs[key] = int(value)
       except ValueError:
-        raise errors.UserError(f'{name}={env[name]!r}: must be an integer') from None
+        raise errors.UserError(f'{name}={value!r}: must be an integer') from None
   with _waiting_for_peers(kwargs, start_timeout_s):
     # JAX's deadline after ours: ours ends the process first, with a message.
     try:
@@ -74,9 +63,9 @@ WAIT_LOG_S = 30.0  # between the lines that say who is still awaited
 
 @contextlib.contextmanager
 def _waiting_for_peers(kwargs: dict, timeout_s: float) -> Iterator[None]:
-  """Logs, while inside, that this process waits for the others to connect; past
-  `timeout_s` it writes one line naming them and exits with status 1 (JAX blocks in C++
-  there: no exception would reach `main`)."""
+  """Logs every WAIT_LOG_S, while inside, that this process waits for the others to connect;
+  past `timeout_s` it writes one line naming them and exits with status 1 (JAX blocks in C++
+  there, and its own timeout would abort with a C++ stack trace)."""
   me, count = kwargs.get('process_id'), kwargs.get('num_processes')
   where = kwargs.get('coordinator_address', "the cluster's coordinator")
   others = (', '.join(str(i) for i in range(count) if i != me)
@@ -120,9 +109,8 @@ def sync(name: str) -> None:
 
 
 def first_then_others(name: str, make: Callable[[], T]) -> T:
-  """`make()` on process 0 first; the others call it once process 0 is done, so that on a
-  shared file system they load what process 0 wrote instead of building it again (and
-  where hosts do not share the disk, each builds its own: `check_same` then compares)."""
+  """`make()` on process 0 first, then on the others, so that on a shared file system they
+  load what process 0 wrote instead of building it again (`check_same` compares)."""
   if jax.process_index() == 0:
     result = make()
   sync(f'{name}_built')

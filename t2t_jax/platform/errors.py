@@ -1,27 +1,22 @@
 """The one exception a user acts on: `main` prints it in one line; anything else is a bug
-and keeps its traceback (--traceback shows a UserError's too).
-"""
+and keeps its traceback (--traceback shows a UserError's too)."""
 from __future__ import annotations
 
 import errno
 
 # The operating system's refusals that name their path and are the user's to fix: a full
 # disk or quota, a missing permission, a read-only file system.
-_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM,
-                                 errno.EROFS})
+_ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 class UserError(ValueError):
-  """A bad config key, input file or line, workdir or checkpoint, named in the message.
-
-  A ValueError, so that code catching bad values (and tests) keeps working; but `main`
-  prints only UserErrors as one line, so an internal ValueError (a shape mismatch inside
-  JAX, say) is never dressed up as a config mistake.
-  """
+  """A bad config key, input file or line, workdir or checkpoint, named in the message. A
+  ValueError, so that code catching bad values keeps working; `main` prints only UserErrors
+  as one line, so that an internal ValueError is never dressed up as a config mistake."""
 
 
 class MissingFileError(UserError, FileNotFoundError):
-  """A file the config or a flag names does not exist (a UserError and a FileNotFoundError)."""
+  """A file the config or a flag names does not exist."""
 
 
 # How TensorStore (orbax's array writer) reports a full disk: a ValueError, not an OSError,
@@ -34,11 +29,10 @@ def is_disk_refusal(error: BaseException) -> bool:
   Not any RESOURCE_EXHAUSTED: out of memory is not the disk."""
   if isinstance(error, OSError) and error.errno in _ENVIRONMENT_ERRNOS:
     return True
-  if not isinstance(error, ValueError):
-    return False
   text = str(error)
-  return (any(t in text for t in _FULL_DISK_TEXTS)
-          or (text.startswith('RESOURCE_EXHAUSTED') and 'Error writing' in text))
+  return isinstance(error, ValueError) and (
+      any(t in text for t in _FULL_DISK_TEXTS)
+      or (text.startswith('RESOURCE_EXHAUSTED') and 'Error writing' in text))
 
 
 def is_permission_refusal(error: BaseException) -> bool:

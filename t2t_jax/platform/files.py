@@ -1,9 +1,8 @@
 """Crash-safe writes: a file or folder is complete or absent, never half there.
 
-Plumbing, not paper (the vocabulary, the id cache and the workdir's text files use it):
-temporary names that tell a killed writer's leftovers from a live one's, fsync before and
+Temporary names that tell a killed writer's leftovers from a live one's, fsync before and
 after renames, and disk errors (a full disk, a missing permission) as one line naming the
-path. No JAX here: the input pipeline is plain numpy.
+path. No JAX here: the input pipeline that uses it is plain numpy.
 """
 from __future__ import annotations
 
@@ -26,7 +25,6 @@ from t2t_jax.platform import errors
 _STALE_AFTER_S = 24 * 3600
 
 
-
 class DiskWriteError(errors.UserError, OSError):
   """A disk full, a missing permission...: one line naming the path, no traceback."""
 
@@ -42,33 +40,22 @@ def disk_write_errors(path: str, what: str) -> Iterator[None]:
   DiskWriteError naming `path` and `what` it holds."""
   try:
     yield
-  except DiskWriteError:
-    raise
-  except OSError as e:
-    raise DiskWriteError(path, what, e) from e
-  except ValueError as e:
-    if not errors.is_disk_refusal(e):
-      raise
+  except (OSError, ValueError) as e:
+    if isinstance(e, DiskWriteError) or not (isinstance(e, OSError) or errors.is_disk_refusal(e)):
+      raise  # named already, or not the disk
     raise DiskWriteError(path, what, e) from e
 
 
 def make_temp_dir(parent: str) -> str:
-  """A new folder <parent>/.tmp-<host>-<pid>-<random> for writing, then renaming.
-
-  Host and pid let `sweep_temp_dirs` tell a dead writer's folder from a live one's
-  when several hosts share the disk.
-  """
+  """A new folder <parent>/.tmp-<host>-<pid>-<random> for writing, then renaming: host and pid
+  let `sweep_temp_dirs` tell a dead writer's folder from a live one's on a shared disk."""
   path = tempfile.mkdtemp(prefix=f'.tmp-{_host()}-{os.getpid()}-', dir=parent)
   # mkdtemp makes it private (0700); once renamed into place it must read like any folder
   # os.makedirs would have made (an export, the demo corpus shared with other users).
-  os.chmod(path, 0o777 & ~_umask())
+  umask = os.umask(0o22)  # reading the umask means setting it: put it straight back
+  os.umask(umask)
+  os.chmod(path, 0o777 & ~umask)
   return path
-
-
-def _umask() -> int:
-  mask = os.umask(0o22)  # reading the umask means setting it: put it straight back
-  os.umask(mask)
-  return mask
 
 
 _TEMP_NAME = re.compile(r'\.tmp-(?P<host>.*)-(?P<pid>\d+)-[^-]*')
@@ -86,13 +73,10 @@ def _host() -> str:
 
 
 def sweep_temp_dirs(parent: str, *, by_age: bool = True) -> None:
-  """Removes temporary folders of killed writers in `parent`.
-
-  Only folders of this host whose pid is gone, and (by_age) any older than a day: another
-  host's writer may be alive, and its pid means nothing here. A folder that is not the
-  workdir's own (an export's parent) is swept without by_age: there a `.tmp-*` of another
-  program may be old and alive.
-  """
+  """Removes temporary folders of killed writers in `parent`: this host's whose pid is gone,
+  and (by_age) any older than a day, since another host's pid means nothing here. A folder
+  not the workdir's own (an export's parent) is swept without by_age: there a `.tmp-*` of
+  another program may be old and alive."""
   host = _host()
   try:
     names = [n for n in os.listdir(parent) if n.startswith('.tmp-')]
@@ -134,12 +118,9 @@ def fsync_path(path: str) -> None:
 
 
 def publish(tmp: str, path: str) -> bool:
-  """Renames a written temporary file or folder `tmp` to `path`: the one atomic write.
-
-  Readers see all of it or nothing: its data reach the disk before the rename, and the
-  rename before we return. A folder `path` that already exists is kept (another process
-  or host wrote the same thing first) and False is returned; a file is replaced.
-  """
+  """Renames a written temporary file or folder `tmp` to `path`, data on the disk before the
+  rename and the rename before returning: readers see all of it or nothing. A folder `path`
+  that exists is kept (another writer was first) and False returned; a file is replaced."""
   if os.path.isdir(tmp):
     for name in os.listdir(tmp):
       fsync_path(os.path.join(tmp, name))
@@ -155,10 +136,9 @@ def publish(tmp: str, path: str) -> bool:
 
 
 def exists(path: str, what: str) -> bool:
-  """os.path.exists that tells a path we may not look at from one that is not there:
-  os.path.exists says False for both, and a vocabulary or checkpoint behind a missing
-  permission must not be taken for a missing one (and made anew). A refusal is an
-  errors.UserError naming the path, `what` it is and the permission."""
+  """os.path.exists, but a path we may not look at is an errors.UserError naming it and `what`
+  it is, not False: a vocabulary or checkpoint behind a missing permission must not be taken
+  for a missing one (and made anew)."""
   try:
     os.stat(path)
     return True
@@ -202,12 +182,9 @@ def set_aside_torn_tail(path: str) -> None:
   so the next record starts a line of its own and every line stays parseable."""
   try:
     with open(path, 'rb') as f:
-      f.seek(0, os.SEEK_END)
-      size = f.tell()
-      if size == 0:
-        return
+      size = f.seek(0, os.SEEK_END)
       f.seek(max(size - 1, 0))
-      if f.read(1) == b'\n':
+      if f.read(1) in (b'', b'\n'):  # empty, or whole lines
         return
       f.seek(0)
       data = f.read()

@@ -1,9 +1,8 @@
 """Data parallelism as the pmap model: a 1-D mesh of every device, named 'data'.
 
-Parameters are replicated; each batch is split along its rows. Batches enter as
-process-local numpy rows and become one global array, so the same code runs on one CPU,
-8 GPUs, a TPU slice or several hosts (`jax.distributed`). The train and eval steps
-(train_step.py) and decoding (evaluate.py) all run under `jax.shard_map` over this mesh.
+Parameters are replicated; each batch enters as process-local numpy rows and becomes one global
+array split along its rows, so the same code runs on one CPU, 8 GPUs, a TPU slice or several
+hosts. The train and eval steps (train_step.py) and decoding run under `jax.shard_map` on it.
 """
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ AXIS = 'data'  # the mesh axis the batch is split over
 
 def make_mesh(devices: list[jax.Device] | None = None) -> Mesh:
   """A 1-D mesh of all devices (of every process), named 'data'."""
-  devices = jax.devices() if devices is None else devices
-  return Mesh(np.asarray(devices), (AXIS,))
+  return Mesh(np.asarray(jax.devices() if devices is None else devices), (AXIS,))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

@@ -1,11 +1,11 @@
 """Metrics plumbing: DIR/metrics.jsonl, TensorBoard events in DIR/tensorboard/, throughput.
 
-No paper here. Events are written with TensorBoard's record framing and protos alone: its
-EventFileWriter would import TensorFlow (~6 s) through `tensorboard.compat.tf` and flush
-from a thread of its own; a scalar log needs neither.
+Events are written with TensorBoard's record framing and protos alone: its EventFileWriter
+would import TensorFlow (seconds) and flush from a thread of its own; a scalar log needs neither.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -18,11 +18,9 @@ from t2t_jax.platform import files
 
 
 class MetricWriter:
-  """Appends one JSON object per call to DIR/metrics.jsonl and writes TensorBoard events.
-
-  Only process 0 writes, so several hosts don't write the same file. Each call is flushed:
-  a killed run loses no logged step.
-  """
+  """Appends one JSON object per call to DIR/metrics.jsonl and writes TensorBoard events. Only
+  process 0 writes, so several hosts don't write the same file; each call is flushed, so a
+  killed run loses no logged step."""
 
   def __init__(self, workdir: str):
     self._active = jax.process_index() == 0
@@ -69,17 +67,12 @@ def dev_losses(workdir: str) -> dict[int, float]:
   record of a step winning (a resumed run evaluates a step again). A line that is not a
   whole JSON record (a run killed mid-write) is skipped; no file gives {}."""
   losses: dict[int, float] = {}
-  try:
-    with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
-      lines = f.readlines()
-  except FileNotFoundError:
-    return losses
-  for line in lines:
-    try:
-      record = json.loads(line)
-      losses[int(record['step'])] = float(record['dev_loss'])
-    except (ValueError, KeyError, TypeError):
-      continue  # a training record (no dev loss), or a torn line
+  path = os.path.join(workdir, 'metrics.jsonl')
+  with contextlib.suppress(FileNotFoundError), open(path, encoding='utf-8') as f:
+    for line in f:
+      with contextlib.suppress(ValueError, KeyError, TypeError):  # a training or torn record
+        record = json.loads(line)
+        losses[int(record['step'])] = float(record['dev_loss'])
   return losses
 
 
@@ -87,9 +80,7 @@ class Throughput:
   """Tokens/s, steps/s and ETA between two log points; syncs only when asked."""
 
   def __init__(self, start_step: int, total_steps: int):
-    self._total = total_steps
-    self._step = start_step
-    self._time = time.perf_counter()
+    self._total, self._step, self._time = total_steps, start_step, time.perf_counter()
 
   def measure(self, step: int, tokens: float) -> dict[str, float]:
     now = time.perf_counter()

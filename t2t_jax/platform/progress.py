@@ -1,25 +1,14 @@
-"""Progress of the long steps besides training: reading and sampling the corpus for the
-vocabulary, encoding it, decoding in eval and translate. Plumbing, no paper.
+"""Progress of the long steps besides training (the vocabulary, encoding, decoding).
 
-What a step shows while it runs:
-  * in the log (absl, so in --log_dir files too; on the stream where the log would drop
-    them): `WHAT: DONE/TOTAL UNIT (P%), R UNIT/s, ETA m:ss` once FIRST_LINE_S have passed,
-    then at most every EVERY_S; when it ends, one line `WHAT: DONE UNIT in m:ss (R UNIT/s)`.
-    A step shorter than FIRST_LINE_S logs only that final line, so quick steps (the demo,
-    the dev set during training) add one line each and never a flood; one with nothing to
-    do (0 of 0) logs nothing;
-  * when the stream (stderr) is a terminal, also a live bar on one line, redrawn with '\\r'
-    at most every BAR_EVERY_S and erased before each log line and at the end, so that log
-    lines are never written into it.
+A step logs its `line` once FIRST_LINE_S have passed, then at most every EVERY_S, and one line
+when it ends, so that quick steps add one line each, never a flood; on a terminal, a live bar
+shows it too, erased before each log line. Callers pass `enabled` (one process of a run shows
+progress): this module imports no jax, so that every layer may import it.
 
-Only one process of a multi-process run should show progress: callers pass `enabled`
-(this module does not import jax, so it stays importable from every layer).
-
-Why not tqdm or clu's progress: their bar writes to a stream, and this is the one place a
-step's progress reaches absl's log (and --log_dir's files, which a preempted cluster job
-keeps) as lines at a set pace, with an ETA weighted by each piece's cost (decoding's batches
-differ tenfold), its bar erased before every log line so that the two never interleave, and
-the same lines on stderr where a Python session's logging would drop them.
+Why not tqdm or clu's progress: their bar writes to a stream; this puts a step's progress in
+absl's log (and --log_dir's files, which a preempted cluster job keeps) as lines at a set pace,
+with an ETA weighted by each piece's cost (decoding's batches differ tenfold), its bar erased
+before every log line so that the two never interleave.
 """
 from __future__ import annotations
 
@@ -72,25 +61,20 @@ def _columns(stream: TextIO) -> int:
 
 
 class Progress:
-  """done/total, rate and ETA of one long step, in the log and on a terminal.
-
-  `update(n)` after each piece of work; `close()` (or leaving a `with` block without an
-  error) logs the final line. `work`, when given, is the step's total cost in any unit, and
-  `update(n, work=w)` says what each piece cost: the ETA then follows the share of the cost
-  done, for steps whose pieces differ in cost (decoding goes shortest sentences first).
-  `bar=False`: log lines only, for work in the background of a step that has its own bar.
-  """
+  """done/total, rate and ETA of one long step, in the log and on a terminal: `update(n)` after
+  each piece of work, then `close()` (or leave a `with` block without an error) logs the final
+  line. `work`: the step's total cost in any unit, each piece's given to `update(n, work=w)`,
+  for an ETA that follows the share of the cost done where pieces differ in cost (decoding goes
+  shortest sentences first). `bar=False`: log lines only."""
 
   def __init__(self, what: str, total: int | None, unit: str, *, work: float | None = None,
                enabled: bool = True, bar: bool = True, stream: TextIO | None = None,
                clock: Callable[[], float] = time.monotonic):
     self.what, self.total, self.unit = what, total, unit
     self.done, self.work_done = 0, 0.0
-    self._work_total = work
-    self._enabled = enabled
+    self._work_total, self._enabled, self._clock = work, enabled, clock
     self._stream = sys.stderr if stream is None else stream
     self._live = enabled and bar and _is_terminal(self._stream)
-    self._clock = clock
     self._start = clock()
     self._next_line = self._start + FIRST_LINE_S
     self._next_bar = self._start
@@ -144,7 +128,8 @@ class Progress:
 
   def line(self, now: float) -> str:
     """'WHAT: done/total unit (p%), rate unit/s, ETA m:ss', as far as it is known."""
-    parts = [self._count()]
+    parts = [f'{self.done:,}/{self.total:,} {self.unit} ({100 * self.done / self.total:.0f}%)'
+             if self.total else f'{self.done:,} {self.unit}']
     elapsed = now - self._start
     if elapsed > 0:
       parts.append(f'{_number(self.done / elapsed)} {self.unit}/s')
@@ -153,25 +138,15 @@ class Progress:
       parts.append(f'ETA {format_duration(eta)}')
     return f'{self.what}: ' + ', '.join(parts)
 
-  def _count(self) -> str:
-    if not self.total:
-      return f'{self.done:,} {self.unit}'
-    return f'{self.done:,}/{self.total:,} {self.unit} ({100 * self.done / self.total:.0f}%)'
-
   def _eta(self, elapsed: float) -> float | None:
     """Seconds left, from the share of the work (or of the items) done so far."""
-    if self._work_total:
-      share = self.work_done / self._work_total
-    elif self.total:
-      share = self.done / self.total
-    else:
-      return None
+    share = (self.work_done / self._work_total if self._work_total
+             else self.done / self.total if self.total else 0)
     return elapsed * (1 - share) / share if 0 < share <= 1 else None
 
   def _log(self, text: str) -> None:
-    """A line in the log; on the stream instead where the log drops INFO lines (Python's
-    default, in a program or notebook that uses the Translator without setting up logging),
-    so that a long step is never silent."""
+    """A line in the log, or on the stream where the log drops INFO lines (a program using the
+    Translator without setting up logging), so that a long step is never silent."""
     self._erase_bar()  # a log line written into the bar would be garbled
     if logging.get_absl_logger().isEnabledFor(std_logging.INFO):
       logging.info('%s', text)

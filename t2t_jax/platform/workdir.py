@@ -1,8 +1,5 @@
-"""The workdir as a place: local paths only, one trainer at a time, provenance records,
-and moving old results aside instead of deleting them.
-
-Plumbing, not paper: nothing here knows about the Transformer.
-"""
+"""The workdir as a place: local paths only, one trainer at a time, provenance records, and
+moving old results aside instead of deleting them."""
 from __future__ import annotations
 
 import contextlib
@@ -47,13 +44,9 @@ class WorkdirBusy(errors.UserError):
 
 
 def check_local(workdir: str) -> None:
-  """Refuses `scheme://` workdirs (gs://, s3://, ...), which the code cannot write, and a
-  workdir that is a file.
-
-  SentencePiece, the memory-mapped data cache, metrics.jsonl, TensorBoard and the lock all
-  use the local file API, so a remote URL would fail (or, worse, create a local folder
-  named 'gs:') only after the first hours of work.
-  """
+  """Refuses a workdir that is a file, or a `scheme://` URL (gs://, s3://, ...): SentencePiece,
+  the memory-mapped data cache, metrics.jsonl, TensorBoard and the lock use the local file
+  API, so a URL would fail (or make a local folder 'gs:') only after hours of work."""
   if _SCHEME.match(workdir):
     raise errors.UserError(
         f'--workdir={workdir}: URLs are not supported as workdirs (the vocabulary, data cache, '
@@ -66,22 +59,18 @@ def check_local(workdir: str) -> None:
 
 @contextlib.contextmanager
 def training_lock(workdir: str) -> Iterator[None]:
-  """Holds an exclusive lock on DIR/train.lock for the life of a training run.
-
-  A second trainer on the same workdir is refused. The lock is an flock, which the kernel
-  drops when its process dies, so the restart of a crashed or killed run takes it at once.
-  In a multi-process run only process 0 locks (the others are the same run) and every
-  process learns its answer, so all of them stop together.
-  """
+  """Holds an exclusive lock on DIR/train.lock for the life of a training run: a second
+  trainer on the workdir is refused. An flock, which the kernel drops when its process dies,
+  so the restart of a killed run takes it at once. Of several processes only process 0 locks,
+  and all of them learn its answer, so they stop together."""
   handle, error = None, ''
   if jax.process_index() == 0:
     try:
       handle = _lock(os.path.join(workdir, LOCK))
     except WorkdirBusy as e:
       error = str(e)
-  if jax.process_count() > 1:
-    if not multihost_utils.broadcast_one_to_all(np.array(not error)):
-      error = error or f'{workdir}: process 0 could not lock {LOCK}; see its log'
+  if jax.process_count() > 1 and not multihost_utils.broadcast_one_to_all(np.array(not error)):
+    error = error or f'{workdir}: process 0 could not lock {LOCK}; see its log'
   if error:
     raise WorkdirBusy(error)
   try:
@@ -102,8 +91,7 @@ def _lock(path: str) -> Any:
     handle.close()
     raise WorkdirBusy(
         f'{os.path.dirname(path)} is in use by another training run ({holder}); stop it, or '
-        'use another --workdir. (A crashed run holds no lock: its restart takes over.)'
-        ) from None
+        'use another --workdir. (A crashed run holds no lock: its restart takes over.)') from None
   except OSError as e:
     if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
       raise
@@ -125,9 +113,8 @@ def _lock(path: str) -> Any:
 
 
 def record_invocation(workdir: str, step: int) -> None:
-  """Appends to DIR/provenance.jsonl what this training invocation runs on: time, host,
-  command line, the first step it trains, Python, devices, the versions of STACK and the
-  code's git revision (with a flag if the tree had uncommitted changes), so that every
+  """Appends to DIR/provenance.jsonl what this training invocation runs on (host, command line,
+  first step, devices, the versions of STACK, the code's git revision...), so that every
   checkpoint can be traced to the code and libraries that made it."""
   if jax.process_index() != 0:
     return
@@ -135,7 +122,7 @@ def record_invocation(workdir: str, step: int) -> None:
             'host': socket.gethostname(), 'argv': sys.argv, 'first_step': step + 1,
             'python': platform.python_version(), 'processes': jax.process_count(),
             'devices': f'{jax.device_count()} × {jax.devices()[0].device_kind}',
-            'versions': _versions(), 'code': code_revision()}
+            'versions': {name: _version(name) for name in STACK}, 'code': code_revision()}
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, PROVENANCE)
   if os.path.isdir(path):
@@ -147,14 +134,11 @@ def record_invocation(workdir: str, step: int) -> None:
       f.write(json.dumps(record, sort_keys=True) + '\n')
 
 
-def _versions() -> dict[str, str | None]:
-  versions = {}
-  for name in STACK:
-    try:
-      versions[name] = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-      versions[name] = None  # not installed (e.g. the optional TensorFlow extra)
-  return versions
+def _version(package: str) -> str | None:
+  try:
+    return importlib.metadata.version(package)
+  except importlib.metadata.PackageNotFoundError:
+    return None  # not installed (e.g. the optional TensorFlow extra)
 
 
 def code_revision() -> dict[str, Any]:
@@ -171,11 +155,9 @@ def code_revision() -> dict[str, Any]:
 
 
 def move_aside(workdir: str, names: list[str], why: str) -> str | None:
-  """Moves DIR/<name> for each existing name into DIR/previous-<time>/; returns that folder.
-
-  Nothing is deleted: a restart or an older restore_step keeps what it replaces. Every
-  process calls it (process 0 moves, the others wait for it).
-  """
+  """Moves DIR/<name> for each existing name into DIR/previous-<time>/, and returns that
+  folder: a restart or an older restore_step keeps what it replaces. Every process calls it
+  (process 0 moves, the others wait for it)."""
   target = _move_to_previous(workdir, names, why) if jax.process_index() == 0 else None
   distributed.sync('t2t_jax_move_aside')
   return target
@@ -199,10 +181,9 @@ def _move_to_previous(workdir: str, names: list[str], why: str) -> str | None:
 
 
 def publish_output(workdir: str, tmp: str, name: str) -> None:
-  """Publishes the written folder `tmp` as DIR/<name> (an averaged mean, an evaluation):
-  whole or not at all. An earlier output of that name stays in place until its replacement
-  is complete, and is then moved into DIR/previous-<time>/, not deleted. One process
-  writes (the caller's own)."""
+  """Publishes the written folder `tmp` as DIR/<name> (an averaged mean, an evaluation), whole
+  or not at all, by one process (the caller's). An earlier output of that name stays until its
+  replacement is complete, and is then moved into DIR/previous-<time>/, not deleted."""
   path = os.path.join(workdir, name)
   if files.publish(tmp, path):
     return

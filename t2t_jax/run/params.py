@@ -196,7 +196,7 @@ def mismatch_message(error: checkpoints.CheckpointMismatch, model: ModelConfig,
 
 
 def check_params_match(params: Any, config: ml_collections.ConfigDict,
-                        model_config: ModelConfig, source: str, workdir: str) -> None:
+                       model_config: ModelConfig, source: str, workdir: str) -> None:
   """A checkpoint from another config fails here with the parameter named, not in XLA."""
   dummy = np.ones((1, 1), np.int32)
   expected = jax.eval_shape(lambda: Transformer(model_config).init(
@@ -210,5 +210,3 @@ def check_params_match(params: Any, config: ml_collections.ConfigDict,
     error = checkpoints.CheckpointMismatch(source, differences)
     raise errors.UserError(f'{mismatch_message(error, model_config, changes)} Decode '
                            'with the config the run was trained with.')
-
-

@@ -133,7 +133,7 @@ def from_recorded(recorded: Mapping[str, Any], overrides: Sequence[str],
     if name not in node:
       nearest = difflib.get_close_matches(name, list(node.keys()))
       hint = ('; did you mean ' + ' or '.join(f'--{".".join(["config", *parents, n])}'
-                                                for n in nearest) + '?') if nearest else ''
+                                              for n in nearest) + '?') if nearest else ''
       raise errors.UserError(f'--{path}: no such key in {where}{hint}')
     node[name] = _parse_override(path, text_value, node[name])
   check_against_recorded(config, recorded, where)
@@ -162,7 +162,7 @@ def check_against_recorded(config: ml_collections.ConfigDict, recorded: Mapping[
   current = config.to_dict()
   for key in TRAINED_KEYS:  # in this order: the vocabulary is named before a model key
     differences = config_differences({key: recorded.get(key)},
-                                                 {key: current.get(key)})
+                                     {key: current.get(key)})
     for path, (old, new) in differences.items():
       if path in may_differ:
         continue

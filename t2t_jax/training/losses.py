@@ -10,14 +10,10 @@ from jax import lax
 
 from t2t_jax.data.tokenizer import PAD_ID
 
-# How the loss is computed (the model's forms, kernels.py): the same numbers either way.
-#   'autodiff'  the forward below, differentiated by JAX: z_y read by a gather, whose
-#               gradient is a scatter into a [b, t, v] buffer of its own;
-#   'one_pass'  the same forward with z_y as a one-hot select and sum, and its gradient
-#               written by hand (_one_pass_bwd), softmax(z) recomputed from z and the
-#               log-sum-exp: one elementwise pass over [b, t, v] that a compiler can fuse
-#               with the cast to the logits' product's dtype, and no softmax kept from the
-#               forward.
+# How the loss is computed (the model's forms, kernels.py), the same numbers either way:
+# 'autodiff' reads z_y by a gather that JAX differentiates (a scatter into a [b, t, v] buffer);
+# 'one_pass' reads it by a one-hot select and writes the gradient by hand (_one_pass_bwd): one
+# elementwise pass over [b, t, v], softmax(z) recomputed from z and the log-sum-exp.
 LOSS_FORMS = ('autodiff', 'one_pass')
 
 
@@ -39,17 +35,13 @@ class _Terms(NamedTuple):
 
 def cross_entropy_sums(logits: jax.Array, targets: jax.Array, *, label_smoothing: float,
                        form: str = 'autodiff') -> LossSums:
-  """Cross-entropy against q = (1 - ε_ls)·one_hot(y) + ε_ls / V (Szegedy et al., 2016).
-
-  logits [b, t, v] and targets [b, t]; PAD_ID targets weigh nothing. Per token:
-    loss = (1 - ε_ls)·(-log p_y) + ε_ls·mean_k(-log p_k).
-  `form`: one of LOSS_FORMS.
-  """
+  """Cross-entropy against q = (1 - ε_ls)·one_hot(y) + ε_ls / V (Szegedy et al., 2016):
+  logits [b, t, v], targets [b, t] (PAD_ID weighs nothing), `form` one of LOSS_FORMS."""
   logits = logits.astype(jnp.float32)
   if form == 'one_pass':
     terms = _one_pass_terms(logits, targets, label_smoothing)
   else:
-    terms = _terms(logits, targets, label_smoothing)
+    terms = _terms(logits, targets, label_smoothing, gather=True)[0]
   weights = (targets != PAD_ID).astype(jnp.float32)
   # The target scores highest (a tie counts as correct); cheaper than an argmax's index.
   correct = (terms.target >= terms.max_logit).astype(jnp.float32)
@@ -57,30 +49,22 @@ def cross_entropy_sums(logits: jax.Array, targets: jax.Array, *, label_smoothing
                   correct=jnp.sum(correct * weights), num_tokens=jnp.sum(weights))
 
 
-def _log_sum_exp(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """(log Σ_k exp z_k, max_k z_k) [b, t], from the logits without storing log p: every pass
-  over the [b, t, v] array costs more than its arithmetic (the base step's 37k-wide logits
-  are 300 MB)."""
+def _terms(logits: jax.Array, targets: jax.Array, label_smoothing: float, *, gather: bool,
+           ) -> tuple[_Terms, jax.Array]:
+  """The terms, and log Σ_k exp z_k [b, t], without storing log p: every pass over the
+  [b, t, v] logits costs more than its arithmetic."""
   max_logit = lax.stop_gradient(jnp.max(logits, axis=-1))  # for stability only
-  return max_logit + jnp.log(jnp.sum(jnp.exp(logits - max_logit[..., None]), axis=-1)), max_logit
-
-
-def _terms(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> _Terms:
-  lse, max_logit = _log_sum_exp(logits)
-  # A gather, not a sum of where(one_hot, logits, 0): on a CPU the train step's reductions
-  # are YNNPACK's (xla.step_compiler_options), which cannot fuse the select, so XLA wrote
-  # it out whole (another 300 MB written and read); the gather saves that pass
-  # (docs/performance.md).
-  target = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-  return _combine(lse, target, jnp.mean(logits, axis=-1), max_logit, label_smoothing)
-
-
-def _combine(lse: jax.Array, target: jax.Array, mean_logit: jax.Array, max_logit: jax.Array,
-             label_smoothing: float) -> _Terms:
+  lse = max_logit + jnp.log(jnp.sum(jnp.exp(logits - max_logit[..., None]), axis=-1))
+  if gather:
+    # Not a sum of where(one_hot, logits, 0), which a CPU's YNNPACK reductions
+    # (xla.step_compiler_options) cannot fuse: XLA would write it out whole (docs/performance.md).
+    target = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  else:
+    target = jnp.sum(jnp.where(_is_target(logits, targets), logits, 0.0), axis=-1)
+  uniform = lse - jnp.mean(logits, axis=-1)  # mean_k(-log p_k)
   nll = lse - target  # -log p_y
-  uniform = lse - mean_logit  # mean_k(-log p_k)
-  return _Terms((1.0 - label_smoothing) * nll + label_smoothing * uniform, nll, target,
-                max_logit)
+  loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform
+  return _Terms(loss, nll, target, max_logit), lse
 
 
 def _is_target(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -91,14 +75,12 @@ def _is_target(logits: jax.Array, targets: jax.Array) -> jax.Array:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _one_pass_terms(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> _Terms:
-  return _one_pass_fwd(logits, targets, label_smoothing)[0]
+  return _terms(logits, targets, label_smoothing, gather=False)[0]
 
 
 def _one_pass_fwd(logits: jax.Array, targets: jax.Array, label_smoothing: float,
                   ) -> tuple[_Terms, tuple[jax.Array, jax.Array, jax.Array]]:
-  lse, max_logit = _log_sum_exp(logits)
-  target = jnp.sum(jnp.where(_is_target(logits, targets), logits, 0.0), axis=-1)
-  terms = _combine(lse, target, jnp.mean(logits, axis=-1), max_logit, label_smoothing)
+  terms, lse = _terms(logits, targets, label_smoothing, gather=False)
   return terms, (logits, targets, lse)
 
 

@@ -8,33 +8,21 @@ import optax
 
 
 def rsqrt_warmup(d_model: int, warmup_steps: int, scale: float = 1.0) -> optax.Schedule:
-  """lrate = d_model^-0.5 · min(step_num^-0.5, step_num · warmup_steps^-1.5), §5.3 eq. (3).
-
-  `step_num` counts from 1 (the first update), as in the paper; `scale` multiplies the whole
-  (1.0 in the paper).
-  """
+  """lrate = d_model^-0.5 · min(step_num^-0.5, step_num · warmup_steps^-1.5), §5.3 eq. (3),
+  step_num counting from 1 (the first update) as in the paper, times `scale` (1 in the paper)."""
   def schedule(step_num):
     step = jnp.maximum(jnp.asarray(step_num, jnp.float32), 1.0)
     return scale * d_model ** -0.5 * jnp.minimum(step ** -0.5, step * warmup_steps ** -1.5)
   return schedule
 
 
-def rsqrt_decay(peak: float, warmup_steps: int) -> optax.Schedule:
-  """§5.3's decay without its warm-up: `peak` at step_num 1, then falling as §5.3's rate
-  does after its peak, peak · (warmup_steps / (warmup_steps + step_num - 1))^0.5."""
-  def schedule(step_num):
-    step = jnp.maximum(jnp.asarray(step_num, jnp.float32), 1.0)
-    return peak * (warmup_steps / (warmup_steps + step - 1.0)) ** 0.5
-  return schedule
-
-
 def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
   """The schedule as a function of optax's update count, which starts at 0 for update 1.
 
-  config.lr_schedule: 'warmup_rsqrt' (§5.3), 'rsqrt' (rsqrt_decay from config.learning_rate,
-  or from §5.3's peak d_model^-0.5 · warmup_steps^-0.5 · scale where that is 0) or
-  'constant' (config.learning_rate throughout). The last two suit fine-tuning
-  (config.init_from), whose parameters need no warm-up.
+  config.lr_schedule: 'warmup_rsqrt' (§5.3); 'rsqrt', §5.3's decay without its warm-up,
+  peak · (warmup_steps / (warmup_steps + step_num - 1))^0.5 from config.learning_rate (where
+  that is 0, §5.3's peak d_model^-0.5 · warmup_steps^-0.5 · scale); or 'constant'
+  (config.learning_rate). The last two suit fine-tuning (config.init_from): no warm-up.
   """
   d_model, warmup, scale = config.model.d_model, config.warmup_steps, config.learning_rate_scale
   kind = config.get('lr_schedule', 'warmup_rsqrt')
@@ -42,8 +30,10 @@ def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
     return optax.constant_schedule(config.learning_rate)
   if kind == 'rsqrt':
     peak = config.learning_rate or scale * d_model ** -0.5 * warmup ** -0.5
-    decay = rsqrt_decay(peak, warmup)
-    return lambda count: decay(count + 1)
+    def decay(count):
+      step = jnp.maximum(jnp.asarray(count + 1, jnp.float32), 1.0)  # step_num
+      return peak * (warmup / (warmup + step - 1.0)) ** 0.5
+    return decay
   paper = rsqrt_warmup(d_model, warmup, scale)
   return lambda count: paper(count + 1)
 

@@ -1,11 +1,7 @@
-"""The training step (§5): the train state, the data-parallel train and eval steps.
-
-Data parallelism is the pmap model written with `jax.shard_map` under `jax.jit` (mesh.py):
-each step is a per-device function over the 1-D mesh of all devices (axis 'data');
-parameters and optimizer state are replicated, each batch is split along its rows, and
-gradients and metrics are summed over the axis. `compile_steps` is the one place the steps
-are compiled; the loop that drives them is trainer.py.
-"""
+"""The training step (§5): the train state, the data-parallel train and eval steps (compiled by
+`compile_steps`, driven by trainer.py). Data parallelism is the pmap model written with
+`jax.shard_map` under `jax.jit` (mesh.py): over the mesh's one axis, 'data', parameters and
+optimizer state are replicated, batches split by rows, gradients and metrics summed."""
 from __future__ import annotations
 
 import functools
@@ -58,8 +54,7 @@ def create_train_state(model: Transformer, tx: optax.GradientTransformation, see
 def _loss_sums(params: Any, batch: Batch, model: Transformer, label_smoothing: float,
                rngs: dict[str, jax.Array] | None) -> tuple[jax.Array, losses.LossSums]:
   packed = {name: batch[key] for key, name in PACKED_ARGUMENTS.items() if key in batch}
-  logits = model.apply({'params': params}, batch['inputs'], batch['targets'], rngs=rngs,
-                       **packed)
+  logits = model.apply({'params': params}, batch['inputs'], batch['targets'], rngs=rngs, **packed)
   sums = losses.cross_entropy_sums(logits, batch['targets'], label_smoothing=label_smoothing,
                                    form=model.config.forms.loss)
   return sums.loss, sums
@@ -68,26 +63,21 @@ def _loss_sums(params: Any, batch: Batch, model: Transformer, label_smoothing: f
 def _metric_sums(sums: losses.LossSums, batch: Batch) -> Metrics:
   """Summed over devices; the host divides by the token counts for means."""
   source_tokens = jnp.sum(batch['inputs'] != PAD_ID).astype(jnp.float32)
-  local = dict(sums._asdict(), num_source_tokens=source_tokens)
-  return jax.lax.psum(local, AXIS)
+  return jax.lax.psum(dict(sums._asdict(), num_source_tokens=source_tokens), AXIS)
 
 
 def _accumulated_grads(params: Any, batch: Batch, rng: jax.Array, model: Transformer,
                        label_smoothing: float, grad_accum_steps: int,
                        ) -> tuple[Any, losses.LossSums]:
-  """The gradient of this device's loss sum, and its LossSums, over its rows cut into
-  `grad_accum_steps` micro-batches taken one after another (`lax.scan`): memory holds one
-  micro-batch's activations plus the running sums. Sums of sums, so the same gradient as
-  one pass over the rows (to float rounding): the paper's update of ~25k tokens a side
-  (§5.1) on fewer or smaller accelerators."""
-  rows = batch['inputs'].shape[0]
-  if rows % grad_accum_steps:
-    raise ValueError(f'{rows} rows a device cannot be cut into grad_accum_steps='
-                     f'{grad_accum_steps} micro-batches: pad the global batch to a multiple '
-                     'of devices × grad_accum_steps (pipeline.get_datasets(grad_accum_steps=...))')
+  """The gradient of this device's loss sum, and its LossSums, over its rows cut into k =
+  `grad_accum_steps` micro-batches taken in turn (`lax.scan`): one pass's gradient (to float
+  rounding) in one micro-batch's memory, §5.1's ~25k tokens a side on smaller devices."""
+  rows, k = batch['inputs'].shape[0], grad_accum_steps
+  if rows % k:
+    raise ValueError(f'{rows} rows a device cannot be cut into grad_accum_steps={k} micro-batches: '
+                     f'pad to a multiple of devices × {k} rows (as pipeline.get_datasets does)')
   # [k, rows / k, length]: micro-batch i is the device's rows i·rows/k .. (i + 1)·rows/k - 1.
-  micro_batches = jax.tree_util.tree_map(
-      lambda x: x.reshape(grad_accum_steps, rows // grad_accum_steps, *x.shape[1:]), batch)
+  micro_batches = jax.tree_util.tree_map(lambda x: x.reshape(k, rows // k, *x.shape[1:]), batch)
   grad_fn = jax.grad(functools.partial(_loss_sums, model=model, label_smoothing=label_smoothing),
                      has_aux=True)
 
@@ -98,31 +88,22 @@ def _accumulated_grads(params: Any, batch: Batch, rng: jax.Array, model: Transfo
     return jax.tree_util.tree_map(jnp.add, totals, out), None
 
   first = jax.tree_util.tree_map(lambda x: x[0], micro_batches)
-  zeros = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(
-      grad_fn, params, first, rngs={'dropout': rng}))
-  (grads, sums), _ = jax.lax.scan(add_micro_batch, zeros,
-                                  (jnp.arange(grad_accum_steps), micro_batches))
-  return grads, sums
+  zeros = jax.tree_util.tree_map(jnp.zeros_like,
+                                 jax.eval_shape(grad_fn, params, first, rngs={'dropout': rng}))
+  return jax.lax.scan(add_micro_batch, zeros, (jnp.arange(k), micro_batches))[0]
 
 
 def train_step(state: TrainState, batch: Batch, *, model: Transformer,
                tx: optax.GradientTransformation, label_smoothing: float,
                grad_accum_steps: int = 1) -> tuple[TrainState, Metrics]:
-  """One Adam update on this device's rows of the global batch (run under shard_map).
-
-  The loss is the sum over the device's real target tokens; the summed gradients are
-  divided by the global token count (psum over devices), so the update is the gradient of
-  the per-token mean over the whole batch, however the batch is split across devices, and
-  with `grad_accum_steps` > 1 however each device's rows are split into micro-batches.
-  """
+  """One Adam update on this device's rows (under shard_map) by the gradient of the per-token
+  mean over the whole batch, however it is split into devices and micro-batches."""
   rng = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), jax.lax.axis_index(AXIS))
-  # Differentiate w.r.t. a per-device copy of the params: otherwise shard_map's autodiff
-  # already sums the cotangent of a replicated input over the axis, and the psum below
-  # would count every device's gradient `mesh.size` times.
+  # Per-device params: else shard_map's autodiff sums their cotangent and the psum sums it again.
   local_params = jax.lax.pcast(state.params, AXIS, to='varying')
-  if grad_accum_steps == 1:  # one pass over the rows
-    grad_fn = jax.grad(_loss_sums, has_aux=True)
-    grads, sums = grad_fn(local_params, batch, model, label_smoothing, {'dropout': rng})
+  if grad_accum_steps == 1:
+    grads, sums = jax.grad(_loss_sums, has_aux=True)(local_params, batch, model, label_smoothing,
+                                                     {'dropout': rng})
   else:
     grads, sums = _accumulated_grads(local_params, batch, rng, model, label_smoothing,
                                      grad_accum_steps)
@@ -134,39 +115,29 @@ def train_step(state: TrainState, batch: Batch, *, model: Transformer,
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
-def eval_step(params: Any, batch: Batch, *, model: Transformer, label_smoothing: float,
-              ) -> Metrics:
+def eval_step(params: Any, batch: Batch, *, model: Transformer, label_smoothing: float) -> Metrics:
   """Loss sums of this device's rows, summed over devices; no dropout."""
-  _, sums = _loss_sums(params, batch, model, label_smoothing, rngs=None)
-  return _metric_sums(sums, batch)
+  return _metric_sums(_loss_sums(params, batch, model, label_smoothing, rngs=None)[1], batch)
 
 
 def compile_steps(model_config: ModelConfig, tx: optax.GradientTransformation,
                   label_smoothing: float, mesh: Mesh, *, grad_accum_steps: int = 1,
                   ) -> tuple[Callable, Callable]:
-  """The train and eval steps as jit(shard_map(...)) over `mesh`: the one place they compile.
-
-  The train step donates the old state: no second copy of params and Adam moments. With
-  `grad_accum_steps` = k (config.grad_accum_steps) it takes each device's rows in k
-  micro-batches; batches then need rows divisible by mesh.size × k.
-  """
-  train_model = Transformer(model_config)
+  """The train and eval steps, jit(shard_map(...)) over `mesh`. The train step donates the old
+  state (no second copy) and takes batches of rows a multiple of mesh.size × grad_accum_steps."""
   train = jax.shard_map(
-      functools.partial(train_step, model=train_model, tx=tx, label_smoothing=label_smoothing,
-                        grad_accum_steps=grad_accum_steps),
+      functools.partial(train_step, model=Transformer(model_config), tx=tx,
+                        label_smoothing=label_smoothing, grad_accum_steps=grad_accum_steps),
       mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
   return (jax.jit(train, donate_argnums=0, compiler_options=xla.step_compiler_options()),
           compile_eval_step(model_config, label_smoothing, mesh))
 
 
-def compile_eval_step(model_config: ModelConfig, label_smoothing: float, mesh: Mesh,
-                      ) -> Callable:
+def compile_eval_step(model_config: ModelConfig, label_smoothing: float, mesh: Mesh) -> Callable:
   """The eval step alone (for --mode=eval's loss), as compile_steps makes it."""
-  eval_model = Transformer(model_config.replace(deterministic=True))
-  evaluate = jax.shard_map(
-      functools.partial(eval_step, model=eval_model, label_smoothing=label_smoothing),
-      mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=P())
-  return jax.jit(evaluate)
+  evaluate = functools.partial(eval_step, label_smoothing=label_smoothing,
+                               model=Transformer(model_config.replace(deterministic=True)))
+  return jax.jit(jax.shard_map(evaluate, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=P()))
 
 
 def summarize(sums: dict[str, float]) -> dict[str, float]:
@@ -177,7 +148,7 @@ def summarize(sums: dict[str, float]) -> dict[str, float]:
 
 
 def eval_metrics(eval_fn: Callable, params: Any, batches: Iterable[dict[str, np.ndarray]],
-             mesh: Mesh) -> dict[str, float]:
+                 mesh: Mesh) -> dict[str, float]:
   """Loss, perplexity and accuracy over a whole eval set."""
   totals: dict[str, float] = {}
   for batch in batches:

@@ -32,18 +32,9 @@ from t2t_jax.data.demo_corpus.grammar import (
   PrepPhrase,
   Sentence,
   render_english,
-  render_pair,
   translate,
 )
-from t2t_jax.data.demo_corpus.lexicon import (
-  ADJECTIVES,
-  ADVERBS,
-  NOUNS,
-  VERBS,
-  Adjective,
-  Noun,
-  Verb,
-)
+from t2t_jax.data.demo_corpus.lexicon import ADJECTIVES, ADVERBS, NOUNS, VERBS
 from t2t_jax.data.demo_corpus.sampling import (
   MAX_WORDS,
   MIN_WORDS,
@@ -51,18 +42,10 @@ from t2t_jax.data.demo_corpus.sampling import (
   sample_sentence,
   split_pairs,
 )
-from t2t_jax.data.demo_corpus.writer import (
-  GENERATOR_VERSION,
-  MARKER,
-  SPLITS,
-  corpus_stats,
-  main,
-  write_corpus,
-)
+from t2t_jax.data.demo_corpus.writer import main, write_corpus
 
 __all__ = [
-    'ADJECTIVES', 'ADVERBS', 'GENERATOR_VERSION', 'MARKER', 'MAX_WORDS', 'MIN_WORDS',
-    'NOUNS', 'SPLITS', 'VERBS', 'Adjective', 'Clause', 'Noun', 'NounPhrase', 'PrepPhrase',
-    'Sentence', 'Verb', 'corpus_stats', 'generate_pairs', 'main', 'render_english',
-    'render_pair', 'sample_sentence', 'split_pairs', 'translate', 'write_corpus',
+    'ADJECTIVES', 'ADVERBS', 'MAX_WORDS', 'MIN_WORDS', 'NOUNS', 'VERBS', 'Clause',
+    'NounPhrase', 'PrepPhrase', 'Sentence', 'generate_pairs', 'main', 'render_english',
+    'sample_sentence', 'split_pairs', 'translate', 'write_corpus',
 ]

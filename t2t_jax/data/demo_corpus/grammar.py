@@ -1,10 +1,8 @@
 """The demo corpus's grammar: sentence structures and their English and German renderings.
 
 `Sentence`, built from `Clause`, `NounPhrase` and `PrepPhrase`, is the abstract structure;
-`render_english` and `translate` turn it into text. The German is a deterministic function
-of the structure, so the corpus has one reference translation per English sentence. Holds
-the German inflection tables (articles, adjective endings, relative pronouns) and
-contractions; the words themselves are in lexicon.py.
+`render_english` and `translate` turn it into text (the package's docstring says why). Holds
+the German inflection tables and contractions; the words themselves are in lexicon.py.
 """
 from __future__ import annotations
 
@@ -42,9 +40,8 @@ _CONTRACTIONS = {('in', 'dem'): 'im', ('in', 'das'): 'ins', ('an', 'dem'): 'am',
                  ('zu', 'dem'): 'zum', ('zu', 'der'): 'zur', ('von', 'dem'): 'vom'}
 
 
-# ---------------------------------------------------------------------------------------
-# Abstract structure.
-# ---------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------- abstract structure
+
 
 @dataclasses.dataclass(frozen=True)
 class NounPhrase:
@@ -90,11 +87,8 @@ class Clause:
 
 @dataclasses.dataclass(frozen=True)
 class Sentence:
-  """A main clause, optionally joined to a second clause.
-
-  `link` is a key of CONJUNCTIONS (a second main clause) or of SUBORDINATORS (a
-  subordinate clause, which comes first if `sub_first`).
-  """
+  """A main clause, optionally joined to a second: `link` is a key of CONJUNCTIONS (a second
+  main clause) or of SUBORDINATORS (a subordinate clause, which comes first if `sub_first`)."""
   main: Clause
   link: str | None = None
   second: Clause | None = None
@@ -102,9 +96,8 @@ class Sentence:
   question: bool = False
 
 
-# ---------------------------------------------------------------------------------------
-# Shared helpers.
-# ---------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------- shared helpers
+
 
 def _gender_key(np: NounPhrase) -> str:
   return 'p' if np.plural else NOUNS[np.noun].gender
@@ -118,11 +111,8 @@ def _agreement_plural(clause: Clause, head: NounPhrase | None) -> bool:
 def _finish(tokens: list[str], end: str) -> str:
   """Joins tokens, attaching punctuation and dropping commas that close nothing."""
   out: list[str] = []
-  for tok in tokens:
-    if tok == ',':
-      if out and out[-1] != ',':
-        out.append(tok)
-    elif tok:
+  for tok in tokens:  # no empty token, and no comma first or after a comma
+    if tok and (tok != ',' or (out and out[-1] != ',')):
       out.append(tok)
   while out and out[-1] == ',':
     out.pop()
@@ -130,9 +120,8 @@ def _finish(tokens: list[str], end: str) -> str:
   return text[0].upper() + text[1:]
 
 
-# ---------------------------------------------------------------------------------------
-# English renderer.
-# ---------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------- English
+
 
 def _en_np(np: NounPhrase) -> list[str]:
   noun = NOUNS[np.noun]
@@ -142,14 +131,9 @@ def _en_np(np: NounPhrase) -> list[str]:
   if det == 'a' and words[1][0] in 'aeiou':
     words[0] = 'an'
   if np.relative is not None:
-    subject_gap = np.relative.gap == 'subject'
-    pronoun = 'who' if subject_gap and 'person' in noun.tags else 'that'
+    pronoun = 'who' if np.relative.gap == 'subject' and 'person' in noun.tags else 'that'
     words += [pronoun] + _en_clause(np.relative, head=np)
   return words
-
-
-def _en_pp(pp: PrepPhrase) -> list[str]:
-  return [pp.prep] + _en_np(pp.np)
 
 
 def _en_verb_group(c: Clause, plural: bool, question: bool) -> tuple[str | None, list[str]]:
@@ -187,7 +171,7 @@ def _en_complements(c: Clause) -> list[str]:
   if c.predicate:
     words += (['very'] if c.very else []) + [c.predicate]
   if c.pp is not None:
-    words += _en_pp(c.pp)
+    words += [c.pp.prep] + _en_np(c.pp.np)
   if c.adverb and not c.fronted and ADVERBS[c.adverb][1] != 'freq':
     words.append(c.adverb)
   if v.frame == 'that':
@@ -219,9 +203,8 @@ def render_english(s: Sentence) -> str:
   return _finish(main + ([','] if s.link == 'but' else []) + [s.link] + second, '.')
 
 
-# ---------------------------------------------------------------------------------------
-# German renderer.
-# ---------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------- German
+
 
 def _de_article(det: str, g: str, ci: int) -> tuple[str, dict[str, tuple[str, ...]]]:
   """The determiner's German form and the adjective endings it requires."""
@@ -247,8 +230,7 @@ def _de_np_words(np: NounPhrase, case: str) -> tuple[list[str], str]:
   words = [article] if article else []
   if np.very:
     words.append('sehr')
-  for adj in np.adjectives:
-    words.append(ADJECTIVES[adj].de_stem + endings[g][ci])
+  words += [ADJECTIVES[adj].de_stem + endings[g][ci] for adj in np.adjectives]
   words.append(noun.german(case, np.plural))
   return words, article
 
@@ -270,9 +252,7 @@ def _de_pp(pp: PrepPhrase) -> list[str]:
 
 def _de_relative(c: Clause, head: NounPhrase) -> list[str]:
   case = 'nom' if c.gap == 'subject' else VERBS[c.verb].object_case
-  pronoun = _RELATIVE[_gender_key(head)][CASES.index(case)]
-  parts = _de_parts(c, head)
-  return [pronoun] + parts.subject + parts.adverb + parts.middle + parts.final
+  return _de_parts(c, head).verb_final(_RELATIVE[_gender_key(head)][CASES.index(case)])
 
 
 @dataclasses.dataclass
@@ -286,6 +266,10 @@ class _GermanParts:
   final: list[str]  # verb cluster of a verb-final clause
   extraposed: list[str]  # the dass-clause, after the right bracket
 
+  def verb_final(self, first: str) -> list[str]:
+    """A verb-final clause opened by `first` (a conjunction or relative pronoun)."""
+    return [first] + self.subject + self.adverb + self.middle + self.final
+
 
 def _de_verbs(c: Clause, plural: bool) -> tuple[str, list[str], list[str]]:
   """(finite verb for V1/V2, right bracket, verb-final cluster)."""
@@ -298,11 +282,6 @@ def _de_verbs(c: Clause, plural: bool) -> tuple[str, list[str], list[str]]:
     return finite, [v.de_part], [v.de_part, finite]
   finite = v.de_pl if plural else v.de_3sg
   return finite, ([v.prefix] if v.prefix else []), [v.prefix + finite]
-
-
-def _keinify(np: NounPhrase) -> NounPhrase:
-  """Negates an indefinite object: "does not see a dog" -> "sieht keinen Hund"."""
-  return dataclasses.replace(np, det='no')
 
 
 def negates_object(c: Clause) -> bool:
@@ -319,7 +298,8 @@ def _de_middle(c: Clause) -> list[str]:
   objects = _de_np(c.recipient, 'dat') if c.recipient is not None else []
   complement: list[str] = []
   if c.obj is not None:
-    obj = _keinify(c.obj) if keinified else c.obj
+    # Negates an indefinite object: "does not see a dog" -> "sieht keinen Hund".
+    obj = dataclasses.replace(c.obj, det='no') if keinified else c.obj
     if '.' in v.frame:  # a prepositional object is a complement, like a direction
       prep, case = v.frame.split('.')
       complement = _de_np(obj, case, prep)
@@ -347,9 +327,8 @@ def _de_parts(c: Clause, head: NounPhrase | None = None) -> _GermanParts:
   finite, bracket, final = _de_verbs(c, plural)
   extraposed: list[str] = []
   if c.complement is not None:
-    sub = _de_parts(c.complement)
     # The closing comma separates the dass-clause from a following "und ...".
-    extraposed = [',', 'dass'] + sub.subject + sub.adverb + sub.middle + sub.final + [',']
+    extraposed = [','] + _de_parts(c.complement).verb_final('dass') + [',']
   return _GermanParts(
       subject=_de_np(c.subject, 'nom') if c.subject is not None else [],
       adverb=[ADVERBS[c.adverb][0]] if c.adverb and not c.fronted else [],
@@ -361,8 +340,7 @@ def _de_main(c: Clause, *, verb_first: bool = False) -> list[str]:
   """A main clause: verb-second, or verb-first after a fronted subordinate clause."""
   p = _de_parts(c)
   if c.fronted:
-    prefield = [ADVERBS[c.adverb][0]]
-    rest = p.subject
+    prefield, rest = [ADVERBS[c.adverb][0]], p.subject
   elif verb_first:
     prefield, rest = [], p.subject
   else:
@@ -373,7 +351,7 @@ def _de_main(c: Clause, *, verb_first: bool = False) -> list[str]:
 def _de_subordinate(c: Clause, conjunction: str) -> list[str]:
   """A verb-final subordinate clause introduced by `conjunction`."""
   p = _de_parts(c)
-  return [conjunction] + p.subject + p.adverb + p.middle + p.final + p.extraposed
+  return p.verb_final(conjunction) + p.extraposed
 
 
 def translate(s: Sentence) -> str:

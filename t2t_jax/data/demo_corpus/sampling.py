@@ -2,14 +2,14 @@
 
 `sample_sentence` draws a `Sentence` from a seeded `random.Random`, keeping only the
 combinations that grammar.py renders correctly and unambiguously in both languages;
-`generate_pairs` and `split_pairs` turn that into length-filtered pairs and held-out
-splits. Everything here is a deterministic function of the seed: the global RNG plays no
-part.
+`generate_pairs` and `split_pairs` turn that into length-filtered pairs and held-out splits,
+a deterministic function of the seed (the global RNG plays no part).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import random
 from collections.abc import Iterable
 
@@ -35,9 +35,7 @@ from t2t_jax.data.demo_corpus.lexicon import (
   Verb,
 )
 
-# ---------------------------------------------------------------------------------------
-# Sentence structures.
-# ---------------------------------------------------------------------------------------
+# --------------------------------------------------------------------- sentence structures
 
 _NP_DETS = {
     # (role, plural) -> (determiners, weights)
@@ -91,15 +89,20 @@ def _sample_np(rng: random.Random, tags: frozenset[str], role: str) -> NounPhras
   noun = NOUNS[key]
   if 'name' in noun.tags:
     return NounPhrase(key, det='name')
-  if 'mass' in noun.tags:
-    plural = False
-    dets, weights = _NP_DETS['mass', False]
-  else:
-    plural = rng.random() < 0.3
-    dets, weights = _NP_DETS[role, plural]
+  plural = 'mass' not in noun.tags and rng.random() < 0.3
+  dets, weights = _NP_DETS['mass' if 'mass' in noun.tags else role, plural]
   det = rng.choices(dets, weights)[0]
   adjectives, very = _sample_adjectives(rng, key)
   return NounPhrase(key, det, plural, adjectives, very)
+
+
+def _sample_np_besides(rng: random.Random, tags: frozenset[str], role: str,
+                       subject: NounPhrase | None) -> NounPhrase:
+  """`_sample_np`, drawn once more if its noun is the subject's ("Peter thanks Peter")."""
+  np = _sample_np(rng, tags, role)
+  if subject is not None and np.noun == subject.noun:
+    np = _sample_np(rng, tags, role)
+  return np
 
 
 @functools.cache
@@ -129,10 +132,9 @@ def _sample_verb(rng: random.Random, kind: str, head: NounPhrase | None) -> str:
 
 def _sample_tense(rng: random.Random, v: Verb, kind: str) -> tuple[str, str | None]:
   r = rng.random()
-  relative = kind in ('relsubj', 'relobj')
-  if r < 0.15 and not relative and not {'nomod', 'pres'} & v.flags:
-    modal = rng.choice(('can', 'want') if kind == 'question' else ('can', 'must', 'want'))
-    return 'present', modal
+  if r < 0.15 and kind not in ('relsubj', 'relobj') and not {'nomod', 'pres'} & v.flags:
+    return 'present', rng.choice(('can', 'want') if kind == 'question' else
+                                 ('can', 'must', 'want'))
   if r < 0.45 and 'pres' not in v.flags:
     return 'perfect', None
   return 'present', None
@@ -162,9 +164,8 @@ def _negation_ok(c: Clause) -> bool:
     return False  # "muss nicht" means "need not"; "oft nicht" is a different claim
   if c.subject is not None and c.subject.det in ('no', 'every'):
     return False
-  for np in (c.obj, c.recipient):
-    if np is not None and np.det in _FIXED_DETS:
-      return False
+  if any(np is not None and np.det in _FIXED_DETS for np in (c.obj, c.recipient)):
+    return False
   if c.recipient is not None and c.recipient.det in ('a', 'bare') and c.obj.det not in (
       'a', 'bare'):
     return False  # "does not give a child the book"
@@ -180,11 +181,7 @@ def _sample_pp(rng: random.Random, v: Verb, kind: str,
   if not v.pps or rng.random() > (0.2 if kind in ('relsubj', 'relobj') else 0.35):
     return None
   prep = rng.choice(v.pps)
-  tags = frozenset(PREPOSITIONS[prep][2])
-  np = _sample_np(rng, tags, 'pp')
-  if subject is not None and np.noun == subject.noun:
-    np = _sample_np(rng, tags, 'pp')  # "Peter plays with Peter"
-  return PrepPhrase(prep, np)
+  return PrepPhrase(prep, _sample_np_besides(rng, frozenset(PREPOSITIONS[prep][2]), 'pp', subject))
 
 
 def _sample_copula(rng: random.Random, subject: NounPhrase) -> dict:
@@ -205,15 +202,9 @@ def _sample_objects(rng: random.Random, v: Verb, kind: str,
   if v.object_case and kind != 'relobj' and not ('opt' in v.flags and rng.random() < 0.3):
     # "spricht über keine Läden" is odd: prepositional objects get the PP determiners.
     role = 'pp' if '.' in v.frame else 'object'
-    obj = _sample_np(rng, v.obj, role)
-    if subject is not None and obj.noun == subject.noun:
-      obj = _sample_np(rng, v.obj, role)  # "Peter thanks Peter" reads oddly
-    fields['obj'] = obj
+    fields['obj'] = _sample_np_besides(rng, v.obj, role, subject)
   if v.frame == 'ditr':
-    recipient = _sample_np(rng, v.recipient, 'object')
-    if subject is not None and recipient.noun == subject.noun:
-      recipient = _sample_np(rng, v.recipient, 'object')
-    fields['recipient'] = recipient
+    fields['recipient'] = _sample_np_besides(rng, v.recipient, 'object', subject)
     fields['to_recipient'] = rng.random() < 0.4
   return fields
 
@@ -293,9 +284,7 @@ def sample_sentence(rng: random.Random) -> Sentence:
   return Sentence(main, link, second, sub_first=True)
 
 
-# ---------------------------------------------------------------------------------------
-# Pairs and splits.
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------ pairs and splits
 
 MIN_WORDS, MAX_WORDS = 4, 30
 
@@ -309,8 +298,7 @@ def _pair_stream(rng: random.Random) -> Iterable[tuple[str, str]]:
 
 def generate_pairs(num_pairs: int, seed: int) -> list[tuple[str, str]]:
   """`num_pairs` (English, German) pairs, a deterministic function of `seed`."""
-  stream = _pair_stream(random.Random(seed))
-  return [next(stream) for _ in range(num_pairs)]
+  return list(itertools.islice(_pair_stream(random.Random(seed)), num_pairs))
 
 
 def split_pairs(num_train: int, num_dev: int, num_test: int, seed: int
@@ -322,11 +310,7 @@ def split_pairs(num_train: int, num_dev: int, num_test: int, seed: int
   for split, size in (('dev', num_dev), ('test', num_test)):
     # Own streams, so train does not change with the held-out sizes.
     stream = _pair_stream(random.Random(f'{seed}:{split}'))
-    pairs: list[tuple[str, str]] = []
-    while len(pairs) < size:
-      pair = next(stream)
-      if pair[0] not in seen:
-        pairs.append(pair)
+    pairs = list(itertools.islice((p for p in stream if p[0] not in seen), size))
     seen.update(en for en, _ in pairs)
     splits[split] = pairs
   return splits

@@ -1,15 +1,8 @@
-"""Writing the demo corpus: the train/dev/test files, their marker and the command line.
-
-`write_corpus` writes <directory>/{train,dev,test}.{en,de} and a marker (corpus.json) with
-the parameters and checksums, so that a later call with the same parameters reuses the
-files; `GENERATOR_VERSION` invalidates corpora written by an older grammar. `main` is
-`python -m t2t_jax.data.demo_corpus --out DIR`: it writes a corpus and prints its statistics
-and a few sample pairs.
-"""
+"""Writing the demo corpus: `write_corpus`, and `main`, the command line
+`python -m t2t_jax.data.demo_corpus --out DIR`, which also prints statistics and samples."""
 from __future__ import annotations
 
 import argparse
-import collections
 import hashlib
 import json
 import os
@@ -29,11 +22,8 @@ MARKER = 'corpus.json'
 
 
 def _write(path: str, text: str) -> None:
-  """Writes `path` whole or not at all, readable by every user (mode 0o644).
-
-  files.write_text leaves the mode to the umask; whatever the writer's umask, the other
-  users of a shared workdir must be able to read the corpus.
-  """
+  """Writes `path` whole or not at all, readable by every user (mode 0o644) whatever the
+  umask (files.write_text leaves it to): a shared workdir's users must read the corpus."""
   files.write_text(path, text)
   os.chmod(path, 0o644)
 
@@ -59,8 +49,8 @@ def write_corpus(directory: str, *, num_train: int = 50_000, num_dev: int = 1000
                  target_lang: str = 'de') -> dict[str, str]:
   """Writes <directory>/{train,dev,test}.{source_lang,target_lang}; returns the prefixes.
 
-  Skips the work if a marker (corpus.json) shows the files were written with the same
-  parameters and generator version and are unchanged since.
+  Skips the work if a marker (corpus.json: the parameters and checksums) shows the files
+  were written with the same parameters and GENERATOR_VERSION and are unchanged since.
   """
   prefixes = {split: os.path.join(directory, split) for split in SPLITS}
   names = [f'{split}.{lang}' for split in SPLITS for lang in (source_lang, target_lang)]
@@ -86,14 +76,9 @@ def corpus_stats(pairs: Sequence[tuple[str, str]]) -> dict[str, float]:
   """Distinct word types and mean words per sentence on each side (punctuation excluded)."""
   stats = {}
   for lang, side in (('en', 0), ('de', 1)):
-    counts = collections.Counter()
-    total = 0
-    for pair in pairs:
-      words = re.findall(r'\w+', pair[side])
-      counts.update(words)
-      total += len(words)
-    stats[f'{lang}_types'] = len(counts)
-    stats[f'{lang}_mean_words'] = total / max(len(pairs), 1)
+    words = [word for pair in pairs for word in re.findall(r'\w+', pair[side])]
+    stats[f'{lang}_types'] = len(set(words))
+    stats[f'{lang}_mean_words'] = len(words) / max(len(pairs), 1)
   return stats
 
 
