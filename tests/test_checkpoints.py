@@ -275,6 +275,18 @@ def test_another_model_shape_is_an_error_naming_parameter_and_key(
   assert os.listdir(tmp_path / 'checkpoints') == ['4']  # nothing moved, nothing lost
 
 
+def test_a_preemption_sync_point_saves_that_step_and_stops(tmp_path, monkeypatch):
+  """orbax's preemption check (JAX's sync point, which only a jax.distributed run reaches):
+  the step it names is saved, off the every-4-steps schedule, and the run stops as at
+  SIGTERM, never going on unsaved."""
+  monkeypatch.setattr(checkpoints.Checkpointer, 'reached_preemption',
+                      lambda self, step: step == 6)
+  with pytest.raises(trainer.StoppedBySignal) as stopped:
+    trainer.train_and_evaluate(tiny_config(num_train_steps=12), str(tmp_path))
+  assert (stopped.value.step, stopped.value.signum) == (6, signal.SIGTERM)
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == [4, 6]
+
+
 def test_declined_save_is_an_error(tmp_path):
   trainer.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
   checkpointer = checkpoints.Checkpointer(str(tmp_path), keep=5)
