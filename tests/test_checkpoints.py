@@ -275,6 +275,7 @@ def test_another_model_shape_is_an_error_naming_parameter_and_key(
   assert os.listdir(tmp_path / 'checkpoints') == ['4']  # nothing moved, nothing lost
 
 
+@pytest.mark.slow
 def test_a_preemption_sync_point_saves_that_step_and_stops(tmp_path, monkeypatch):
   """orbax's preemption check (JAX's sync point, which only a jax.distributed run reaches):
   the step it names is saved, off the every-4-steps schedule, and the run stops as at
