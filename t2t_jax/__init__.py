@@ -17,7 +17,6 @@ __all__ = ['Hypothesis', 'Translator']
 
 def __getattr__(name: str) -> Any:
   if name in __all__:
-    # On first use: `import t2t_jax.platform.errors` must not load JAX, Flax and orbax with it.
     from t2t_jax.apps import translator
     return getattr(translator, name)
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -11,11 +11,7 @@ hugepages.reexec()
 
 from t2t_jax import main  # noqa: E402  (after the re-exec above)
 
-
-def run() -> None:
-  """The console script's entry point."""
-  main.run()
-
+run = main.run  # the console script's entry point
 
 if __name__ == '__main__':
   run()

@@ -94,9 +94,8 @@ def row_configs(study: types.ModuleType, rows: Sequence[str] | None,
 
 def run_study(study_file: str, rows: Sequence[str] | None, overrides: Mapping[str, Any],
               workdir: str) -> list[dict[str, Any]]:
-  """--mode=study: trains and evaluates each row in workdir/<row>/ (skipping finished ones),
-  rewriting the tables and the plot after each. Returns table3.json's rows, those an earlier
-  invocation recorded in workdir (_earlier_row) included."""
+  """--mode=study: each row trained and evaluated, the tables and plot rewritten after each.
+  Returns table3.json's rows, those an earlier invocation recorded (_earlier_row) included."""
   study = load_study(study_file)
   configs = row_configs(study, rows, overrides)
   workdir_lib.check_local(workdir)
@@ -294,7 +293,6 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
     left.scatter(xs, ys, marker=marker, label=source)
     for x, y, r in zip(xs, ys, results, strict=True):
       left.annotate(r['row'], (x, y), fontsize=7, textcoords='offset points', xytext=(3, 3))
-    # Each row's two bars side by side, 0.4 wide.
     right.bar([i + shift for i in positions], [r[source]['bleu'] for r in results], 0.4,
               label=source)
   left.set(xscale='log', yscale='log', xlabel='parameters ×10⁶', ylabel='dev perplexity')

@@ -29,15 +29,8 @@ from t2t_jax.platform.mesh import make_mesh, shard_batch
 from t2t_jax.platform.metrics import MetricWriter, Throughput
 from t2t_jax.run import init_from, recorded, vocabulary
 from t2t_jax.run import params as params_lib
-from t2t_jax.training import checkpoints, optim
-from t2t_jax.training.train_step import (
-  Metrics,
-  TrainState,
-  compile_steps,
-  create_train_state,
-  eval_metrics,
-  summarize,
-)
+from t2t_jax.training import checkpoints, optim, train_step
+from t2t_jax.training.train_step import Metrics, TrainState
 
 
 class TrainingDiverged(errors.UserError, FloatingPointError):
@@ -79,7 +72,7 @@ def _log_train(writer: MetricWriter, throughput: Throughput, step: int,
                pending: list[Metrics], lr_fn: Callable[[int], Any]) -> dict[str, float]:
   """Sums the steps since the last log (one device sync), then writes and prints them."""
   totals = jax.tree_util.tree_map(lambda *x: float(np.sum(x)), *jax.device_get(pending))
-  metrics = summarize(totals)
+  metrics = train_step.summarize(totals)
   metrics['grad_norm'] = totals['grad_norm'] / len(pending)
   metrics['learning_rate'] = float(lr_fn(step - 1))  # the rate of the last update
   metrics.update(throughput.measure(step, totals['num_tokens'] + totals['num_source_tokens']))
@@ -135,22 +128,21 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
     workdir_lib.move_aside(workdir, list(workdir_lib.RUN_OUTPUTS), 'config.restart=True')
   mesh = make_mesh()
   vocabulary.check_kept(config, workdir)
-  starting = not checkpoints.checkpoint_steps(workdir)
-  if config.init_from and starting:  # fine-tuning: the source run's vocabulary, checked
+  if config.init_from and not checkpoints.checkpoint_steps(workdir):  # a fine-tuning's start
     init_from.check_source(config, config.init_from)
     distributed.first_then_others(
         't2t_jax_init_from_vocabulary',
         lambda: init_from.adopt_vocabulary(config, config.init_from, workdir))
   datasets = _load_data(config, workdir, mesh)
   tx = optim.make_optimizer(config)
-  state = create_train_state(Transformer(model_config), tx, config.seed, mesh)
+  state = train_step.create_train_state(Transformer(model_config), tx, config.seed, mesh)
   with checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints,
                                 every_steps=config.checkpoint_every_steps,
                                 every_minutes=config.checkpoint_every_minutes) as checkpointer:
     state, trained_s = _restore(config, model_config, workdir, checkpointer, state, datasets)
     workdir_lib.record_invocation(workdir, int(state.step))
-    train_fn, eval_fn = compile_steps(model_config, tx, config.label_smoothing, mesh,
-                                      grad_accum_steps=config.grad_accum_steps)
+    train_fn, eval_fn = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh,
+                                                 grad_accum_steps=config.grad_accum_steps)
     train_fn, eval_fn, search, pool = _compile_ahead(config, model_config, train_fn, eval_fn,
                                                      state, datasets, mesh)
     writer, lr_fn = MetricWriter(workdir), optim.learning_rate_schedule(config)
@@ -184,8 +176,7 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
           pending = []
         if datasets.dev is not None and _is_due(step, config.eval_every_steps, last):
           summary.update(_evaluate_dev(eval_fn, state.params, datasets.dev, mesh, writer, step))
-        if datasets.dev is not None and config.eval_bleu_every_steps > 0 and _is_due(
-            step, config.eval_bleu_every_steps, last):
+        if search is not None and _is_due(step, config.eval_bleu_every_steps, last):
           summary.update(_dev_bleu(config, model_config, search, state.params, datasets, mesh,
                                    writer, step))
         if save_due or step == last or signum is not None:
@@ -288,12 +279,8 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
              datasets: pipeline.Datasets,
              ) -> tuple[TrainState, float]:
   """The newest checkpoint (or config.restore_step's) and the seconds trained up to it, else
-  the fresh state of a new run and 0.
-
-  Never a silent fresh start: a checkpoint of another model is an error naming the
-  parameter and the config keys behind it, and unreadable ones are an error unless an
-  older one can be read (Checkpointer.restore).
-  """
+  the fresh state of a new run and 0; never a silent fresh start (Checkpointer.restore), and
+  a checkpoint of another model is an error naming the config keys behind it."""
   # Hosts that see different checkpoints (a workdir that is not shared) would restore
   # different states, or wait forever in orbax's barriers: stop them here, clearly.
   distributed.check_same({'checkpoints': f'{checkpointer.steps()} {checkpointer.set_aside()}'})
@@ -323,13 +310,11 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
   data_state.pop(vocabulary.VOCABULARY, None)
   datasets.train.set_state(data_state)
   step = int(state.step)
-  newer = [s for s in checkpointer.steps() if s > step]
-  averaged_newer = [s for s in checkpoints.checkpoint_steps(workdir, checkpoints.AVERAGED)
-                    if s > step]
-  if newer or averaged_newer:  # orbax would refuse to save below them; keep them elsewhere
-    workdir_lib.move_aside(workdir, [f'{checkpoints.CHECKPOINTS}/{s}' for s in newer] +
-                           [f'{checkpoints.AVERAGED}/{s}' for s in averaged_newer],
-                           f'config.restore_step={step}')
+  newer = [f'{checkpoints.CHECKPOINTS}/{s}' for s in checkpointer.steps() if s > step]
+  newer += [f'{checkpoints.AVERAGED}/{s}'
+            for s in checkpoints.checkpoint_steps(workdir, checkpoints.AVERAGED) if s > step]
+  if newer:  # orbax would refuse to save below them; keep them elsewhere
+    workdir_lib.move_aside(workdir, newer, f'config.restore_step={step}')
     checkpointer.reload()
   logging.info('Resuming at step %d (%.1f minutes trained).', step, trained_s / 60)
   return state, trained_s
@@ -337,7 +322,7 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
 
 def _evaluate_dev(eval_fn: Callable, params: Any, dev: Any, mesh: Mesh, writer: MetricWriter,
                   step: int) -> dict[str, float]:
-  metrics = eval_metrics(eval_fn, params, dev.batches(), mesh)
+  metrics = train_step.eval_metrics(eval_fn, params, dev.batches(), mesh)
   writer.write(step, metrics, prefix='dev_')
   logging.info('step %d  dev loss %.4f  dev ppl %.2f  dev accuracy %.3f', step, metrics['loss'],
                metrics['perplexity'], metrics['accuracy'])
@@ -348,10 +333,9 @@ def _dev_bleu(config: ml_collections.ConfigDict, model_config: ModelConfig, sear
               params: Any, datasets: Any, mesh: Mesh, writer: MetricWriter, step: int,
               ) -> dict[str, float]:
   """Beam-search the dev set with the current parameters; sacreBLEU as `dev_bleu`."""
+  max_input_length = batch_plan.max_input_length(model_config, config)
   hypotheses = batch_plan.translate(search, params, datasets.dev.sources, datasets.tokenizer,
-                                    config, mesh,
-                                    max_input_length=batch_plan.max_input_length(model_config,
-                                                                                 config))
+                                    config, mesh, max_input_length=max_input_length)
   scores = bleu.bleu_scores(hypotheses, datasets.dev.references, target_lang=config.target_lang)
   metrics = {'bleu': scores['sacrebleu'], 'tok_bleu': scores['tok_bleu']}
   writer.write(step, metrics, prefix='dev_')

@@ -368,14 +368,14 @@ def test_row_max_and_log_probs_equal_jnp_max_and_log_softmax():
   np.testing.assert_array_equal(jax.jit(kernels.row_max)(x), np.max(x, axis=-1))
   finite = x[2:]
   limits = np.full((4,), 100)
-  ours = jax.jit(decode._next_log_probs, static_argnums=(3, 4))(finite, 0, limits, EOS,
-                                                                kernels.row_max)
+  log_probs = jax.jit(lambda x: decode.ban_tokens(decode.log_softmax(x, kernels.row_max), 0,
+                                                  limits, EOS))  # the search's, as its steps
+  ours = log_probs(finite)
   reference = jax.nn.log_softmax(finite, axis=-1)
   reference = np.where(np.arange(37000) == PAD_ID, -np.inf, reference)
   np.testing.assert_array_equal(ours, reference)
   finite[0, 0, 5] = np.nan  # a NaN logit still makes its row's log-probs NaN, as before
-  ours = np.asarray(jax.jit(decode._next_log_probs, static_argnums=(3, 4))(
-      finite, 0, limits, EOS, kernels.row_max))
+  ours = np.asarray(log_probs(finite))
   assert np.isnan(np.delete(ours[0, 0], PAD_ID)).all() and not np.isnan(ours[0, 1]).any()
 
 

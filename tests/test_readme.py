@@ -1,5 +1,6 @@
-"""The README's commands as a user types them: the GPU quick start runs end to end at a tiny
-size on a CPU (the Python API example: tests/test_translator.py)."""
+"""The README's commands as a user types them: the GPU quick start, then WORKSPACE.md's Table 2
+commands for that run, end to end at a tiny size on a CPU (the Python API example:
+tests/test_translator.py)."""
 import os
 import re
 import shlex
@@ -11,6 +12,7 @@ import pytest
 from helpers import ROOT, cpu_env
 
 README = os.path.join(ROOT, 'README.md')
+WORKSPACE = os.path.join(ROOT, 'WORKSPACE.md')
 # The quick start's commands at a tiny size: a synthetic task instead of WMT14, a small model,
 # a handful of steps with a checkpoint each (the five that --mode=average wants).
 TINY_TRAINING = ['--config.dataset=synthetic', '--config.model.num_layers=1',
@@ -31,18 +33,31 @@ def quick_start() -> list[str]:
           if line.strip() and not line.startswith('#')]
 
 
+def table2_for(workdir: str) -> list[str]:
+  """WORKSPACE.md's Table 2 commands that go on from the quick start's run: those on `workdir`
+  other than its first training command, then the average and eval of any run (runs/NAME)."""
+  text = open(WORKSPACE, encoding='utf-8').read()
+  table = text[text.index('### Table 2'):text.index('### Table 3')]
+  commands = re.findall(r'^\|[^|]*\| `([^`]*)` \|', table, re.M)
+  own = [c for c in commands if f'--workdir={workdir}' in c.split()][1:]
+  return own + [c.replace('runs/NAME', workdir) for c in commands if 'runs/NAME' in c]
+
+
 @pytest.mark.e2e
 def test_the_gpu_quick_start_runs(tmp_path):
-  commands = quick_start()
-  install, accelerator, *runs = commands
+  install, accelerator, *runs = quick_start()
   assert install == "python3 -m venv .venv && .venv/bin/python -m pip install -e '.[wmt]'"
   assert accelerator == ".venv/bin/python -m pip install 'jax[cuda12]==0.10.2'"
   jax_pin = re.search(r'"jax==([\d.]+)"', open(os.path.join(ROOT, 'pyproject.toml')).read())
   assert accelerator.endswith(f"=={jax_pin.group(1)}'")  # the accelerator's JAX is the pin's
-  assert [shlex.split(run)[0] for run in runs] == ['.venv/bin/t2t-jax'] * len(runs)
+  assert runs == ['.venv/bin/t2t-jax --config=experiments/wmt_ende_base.py --workdir=runs/base']
+  then = table2_for('runs/base')
+  assert [c.split()[-1] for c in then] == ['--config.grad_accum_steps=8', '--mode=average',
+                                           '--mode=eval']
   env = cpu_env(2)
-  for run in runs:
-    args = [a.replace('runs/base', str(tmp_path / 'base')) for a in shlex.split(run)[1:]]
+  for run in runs + then:
+    args = [a.replace('runs/base', str(tmp_path / 'base')) for a in shlex.split(run)]
+    args = args[1:] if args[0] == '.venv/bin/t2t-jax' else args[3:]  # python -m t2t_jax.main
     if any(a.startswith('--config=') for a in args):  # training: a tiny size
       args += TINY_TRAINING
     done = subprocess.run([sys.executable, '-m', 't2t_jax', *args], cwd=ROOT, env=env,
@@ -52,4 +67,4 @@ def test_the_gpu_quick_start_runs(tmp_path):
   assert os.listdir(tmp_path / 'base' / 'averaged') == ['6']
   scores = [os.path.join(folder, 'scores.json') for folder in
             (tmp_path / 'base' / 'eval').iterdir()]
-  assert len(scores) == 1 and os.path.exists(scores[0])  # where the quick start says
+  assert len(scores) == 1 and os.path.exists(scores[0])  # where WORKSPACE.md says

@@ -131,8 +131,7 @@ def feature_permutation(d_model: int) -> np.ndarray:
 
 def _layer(p: Params, prefix: str, attention: dict[str, str], norms: dict[str, str],
            pi: np.ndarray) -> StateDict:
-  """One encoder or decoder layer's parameters under Marian's names; attention kernels go from
-  [m, h, d] to [h·d, m] (q, k, v) and from [h, d, m] to [m, h·d] (out)."""
+  """One encoder or decoder layer's parameters under Marian's names (the table above)."""
   out = {}
   for ours, marian in attention.items():
     name, kernels = f'{prefix}.{marian}', p[ours]

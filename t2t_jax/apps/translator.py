@@ -12,16 +12,11 @@ shapes, each device its own rows); a call of a few sentences (a stream's batch) 
 batches of fixed shapes, which `compile_ahead` compiles.
 
 config.decode_method chooses the search: 'beam' (§6.1), 'greedy' (beam search with one beam)
-or 'sample' (sampling.py: config.sample_temperature, sample_top_k, sample_seed; a sentence's
-draws are keyed by its number in the input). config.ensemble adds other runs of the same
-vocabulary and languages ('DIR[:STEP],...'): every search then runs over the mean of the
-models' log-probabilities (decode.py, "Ensembles"), weighted by config.ensemble_weights
-if given.
-
-A hypothesis's score is the beam search's: log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α,
-|Y| counting the EOS (decode.py); a sample's is log P(Y|X), without lp (sampling.py). With
-an ensemble, log P is the (weighted) mean of the models'. An empty (or all-space) input
-line is not decoded: its translation is the empty line, with score 0.0.
+or 'sample' (sampling.py). config.ensemble adds other runs of the same vocabulary and
+languages ('DIR[:STEP],...'): every search then runs over the mean of the models'
+log-probabilities (decode.py, "Ensembles"), weighted by config.ensemble_weights if given.
+A hypothesis's score is its search's (Hypothesis.score). An empty (or all-space) input line
+is not decoded: its translation is the empty line, with score 0.0.
 """
 from __future__ import annotations
 
@@ -128,10 +123,8 @@ class Translator:
   def decoder(self, beam_size: int | None = None, n_best: int | None = None, *,
               method: str | None = None, top_k: int | None = None,
               top_p: float | None = None) -> Decoder:
-    """The sharded search of `method` (default config.decode_method) for this beam size
-    (default config.beam_size; greedy: 1) or sampling's top_k and top_p (default
-    config.sample_top_k and sample_top_p), and n-best, compiled once per input shape and
-    kept."""
+    """The sharded search of these settings (translate's; None: the config's), compiled once
+    per input shape and kept."""
     key = self._decoder_key(beam_size, n_best, method, top_k, top_p)
     if key not in self._decoders:
       self._decoders[key] = batch_plan.make_sharded_decoder(
@@ -156,10 +149,9 @@ class Translator:
                     ) -> ahead.Precompiled:
     """Compiles the decoder of these settings (translate's arguments) for every shape a
     call of at most `max_rows` sentences of at most `max_length` sub-words (default:
-    ahead_length) can meet (interactive_shapes: each length bucket, with one row a device
-    and with max_rows), the likeliest first, on `threads` threads (default: a quarter of the
-    cores, at least 1), so that such calls, and streams of at most max_rows lines a batch,
-    never wait for a compilation. The log shows its progress and when it is done.
+    ahead_length) can meet (batch_plan.interactive_shapes), on `threads` threads (default: a
+    quarter of the cores, at least 1), so that such calls, and streams of at most max_rows
+    lines a batch, never wait for a compilation. The log shows its progress and its end.
 
     wait=True returns when all are compiled; wait=False at once, compiling in the
     background: a call that needs a shape still queued compiles it then, and close() (or
@@ -220,11 +212,10 @@ class Translator:
     the search (1 ≤ n ≤ beam size; greedy: 1), or n samples. beam_size and alpha default to
     config.beam_size and config.beam_alpha (4 and 0.6, §6.1); temperature, top_k, top_p and
     seed to config.sample_temperature, sample_top_k, sample_top_p and sample_seed. One str in
-    gives one translation (or list) out. first_line numbers the sentences in warnings and keys their
-    samples (sentence i: first_line - 1 + i). max_rows caps a decoding batch's rows and
-    makes its shape one of interactive_shapes' (streams); a call of at most
-    INTERACTIVE_ROWS sentences does so by itself, so that after compile_ahead none waits
-    for a compilation.
+    gives one translation (or list) out. first_line numbers the sentences in warnings and
+    keys their samples (sentence i: first_line - 1 + i). max_rows caps a decoding batch's
+    rows and makes its shape one of interactive_shapes' (streams); a call of at most
+    INTERACTIVE_ROWS sentences does so by itself, so that after compile_ahead none waits.
     """
     single = isinstance(sentences, str)
     sentences = [sentences] if single else sentences

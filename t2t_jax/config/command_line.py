@@ -16,8 +16,7 @@ from t2t_jax.config import loading
 
 def command_line_error(argv: Sequence[str]) -> str | None:
   """The line for a --config file, row or --config.KEY override that does not exist, else None
-  (the original error is then shown). Called once absl's flag parsing has failed: this loads
-  the config again, as ml_collections' config flag does, to name the nearest valid names."""
+  (the original error is then shown). Loads the config again, as ml_collections' flag does."""
   path = _config_argument(argv)
   if path is None:
     return None  # absl says --config is required

@@ -12,11 +12,10 @@ EXPERIMENTS = os.path.join(ROOT, 'experiments')
 
 
 def load_sibling(config_file: str, name: str) -> types.ModuleType:
-  """The config `name`.py beside `config_file` (a config's own __file__), loaded by path, for
-  configs that build on another (wmt_ende_big.py on wmt_ende_base.py) from any directory:
-  `experiments` need not be importable as a package."""
+  """The config `name`.py beside `config_file` (a config's own __file__), loaded by path from
+  any directory: wmt_ende_big.py builds on wmt_ende_base.py so."""
   folder = os.path.dirname(os.path.abspath(config_file))
-  return load_module(os.path.join(folder, f'{name}.py'), f't2t_jax_config_{name}')
+  return load_config_module(os.path.join(folder, f'{name}.py'))
 
 
 def load_config_module(file: str) -> types.ModuleType:

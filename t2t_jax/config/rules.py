@@ -137,7 +137,7 @@ RULES: dict[str, Rule] = {
     'eval_tokens_per_batch': POSITIVE_INT,
     'bucket_growth': number_at_least(1),
     'bucket_band': int_at_least(0, ' (0 = pad both sides to the longer)'),
-    'batching': one_of('auto', *BATCHINGS),  # 'auto': batching()
+    'batching': one_of('auto', *BATCHINGS),  # 'auto': batching_of()
     'pack_length': POSITIVE_INT,
     # Model, §3 and Table 3: its keys are MODEL_RULES'
     'model': MODEL,
@@ -265,9 +265,8 @@ DECODE_TOKENS = {'cpu': 4096, 'gpu': 16384, 'tpu': 16384}
 
 def decode_tokens_of(config: ml_collections.ConfigDict, backend: str | None = None) -> int:
   """config.decode_tokens_per_batch, with 0 (per platform) resolved for the platform."""
-  if config.decode_tokens_per_batch:
-    return config.decode_tokens_per_batch
-  return DECODE_TOKENS.get(backend or jax.default_backend(), DECODE_TOKENS['cpu'])
+  return (config.decode_tokens_per_batch
+          or DECODE_TOKENS.get(backend or jax.default_backend(), DECODE_TOKENS['cpu']))
 
 
 def batching_of(config: ml_collections.ConfigDict, backend: str | None = None) -> str:
@@ -281,11 +280,8 @@ def batching_of(config: ml_collections.ConfigDict, backend: str | None = None) -
 
 def validate(config: ml_collections.ConfigDict, mode: str = 'train') -> None:
   """Raises errors.UserError `config.<key>: ...` for the first mistake, before any work.
-
-  In order: RULES (in every mode, so that a bad value fails the quick `--mode=params` too,
-  not hours later in an eval), config.model's keys (MODEL_RULES; no unknown ones), the keys
-  config.dataset needs in `mode` (one of MODES; DATASET_KEYS), then the rules across keys.
-  """
+  RULES apply in every mode, so that a bad value fails the quick `--mode=params` too, not
+  hours later in an eval; config.dataset's keys (DATASET_KEYS) only in the modes that read it."""
   if mode not in MODES:  # the caller's bug, not the user's
     raise ValueError(f'mode={mode!r}: not one of {MODES}')
   _check_values(config, RULES, optional=OPTIONAL_KEYS)

@@ -262,10 +262,12 @@ class TrainIterator:
   def plan(self, epoch: int) -> _Plan:
     """The batches of `epoch`, a pure function of (config.seed, epoch)."""
     if self._plan_epoch != epoch:
-      rng = np.random.default_rng([self._seed, epoch])
-      self._plan = _epoch_plan(self._cell_i, self._cell_j, self._grid, self._rows, rng)
+      self._plan = self._make_plan(np.random.default_rng([self._seed, epoch]))
       self._plan_epoch = epoch
     return self._plan
+
+  def _make_plan(self, rng: np.random.Generator) -> _Plan:
+    return _epoch_plan(self._cell_i, self._cell_j, self._grid, self._rows, rng)
 
   def _local_batch(self, plan: _Plan, b: int) -> Batch:
     rows, src_len, tgt_len = (int(x) for x in plan.shapes[b])

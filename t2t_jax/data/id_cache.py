@@ -131,10 +131,9 @@ def load_or_encode(name: str, key: dict[str, Any], read: Callable[[], Iterator[P
                    tokenizer: Tokenizer, workdir: str, *, size: int | None = None) -> Encoded:
   """Ids of split `name`, encoded once and kept in <workdir>/data_cache/.
 
-  `key` identifies the text (file paths, sizes and times; or the tfds name, version
-  and split); with the vocabulary's fingerprint it names the cache, so a change to
-  either re-encodes. `read` yields the text in chunks of pairs; `size`, the number
-  of pairs if known, is the total its progress lines count towards.
+  `key`, `read` and `size` are a sources.Source's: `key` (the file paths, sizes and times;
+  or the tfds name, version and split) with the vocabulary's fingerprint names the cache, so
+  a change to either re-encodes.
   """
   key = json.dumps({**key, 'vocab': tokenizer.fingerprint}, sort_keys=True)
   digest = hashlib.sha256(key.encode()).hexdigest()[:16]

@@ -246,19 +246,15 @@ class PackedTrainIterator(batching.TrainIterator):
   def _padded_rows(self, rows: np.ndarray) -> np.ndarray:
     """Global rows of batches of `rows` layout rows: rounded up to a multiple of 8 (no more
     than a full batch's), then to one of devices × micro-batches."""
-    rounded = np.minimum(-(-rows // _ROWS_MULTIPLE) * _ROWS_MULTIPLE, self._rows_per_batch)
-    return -(-rounded // self._row_multiple) * self._row_multiple
+    rounded = np.minimum(batching._round_up(rows, _ROWS_MULTIPLE), self._rows_per_batch)
+    return batching._round_up(rounded, self._row_multiple)
 
-  def plan(self, epoch: int) -> _Plan:
-    """The pairs' places and the batches' order of `epoch`, a function of (seed, epoch)."""
-    if self._plan_epoch != epoch:
-      rng = np.random.default_rng([self._seed, epoch])
-      shuffled = rng.permutation(len(self._class)).astype(np.int64)
-      first_rows = np.arange(0, self._layout.num_rows, self._rows_per_batch)
-      self._plan = _Plan(_places(self._layout, self._class, shuffled),
-                         first_rows[rng.permutation(len(first_rows))])
-      self._plan_epoch = epoch
-    return self._plan
+  def _make_plan(self, rng: np.random.Generator) -> _Plan:
+    """The pairs' places and the batches' order of an epoch."""
+    shuffled = rng.permutation(len(self._class)).astype(np.int64)
+    first_rows = np.arange(0, self._layout.num_rows, self._rows_per_batch)
+    return _Plan(_places(self._layout, self._class, shuffled),
+                 first_rows[rng.permutation(len(first_rows))])
 
   def _local_batch(self, plan: _Plan, b: int) -> Batch:
     real_rows = int(self._real_rows(plan)[b])

@@ -101,11 +101,10 @@ def get_datasets(config: Any, workdir: str, *, num_devices: int,
                  grad_accum_steps: int = 1) -> Datasets:
   """The vocabulary, training batches and dev/test sets of `config.dataset`.
 
-  Training rows are padded to a multiple of num_devices × grad_accum_steps (the train step's
-  micro-batches). Every input is checked (sources.py) before the vocabulary is trained or
-  anything encoded. What goes to disk (the demo corpus, the tfds preparation, the
-  vocabulary, the id cache) is made by `once(name, make)`: a multi-process run passes
-  distributed.first_then_others, so that process 0 makes each and the others load it.
+  Every input is checked (sources.py) before the vocabulary is trained or anything encoded.
+  What goes to disk (the demo corpus, the tfds preparation, the vocabulary, the id cache) is
+  made by `once(name, make)`: a multi-process run passes distributed.first_then_others, so
+  that process 0 makes each and the others load it.
   """
   if num_devices % process_count or not 0 <= process_index < process_count:
     raise errors.UserError(f'{num_devices} devices cannot be split evenly over '

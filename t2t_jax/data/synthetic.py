@@ -22,16 +22,6 @@ FIRST_WORD_ID = UNK_ID + 1  # the ids below are reserved, as in the SentencePiec
 HELD_OUT_BATCH = 2**40  # the dev set's batch number: far beyond any training run
 
 
-def make_pair(rng: np.random.Generator, vocab_size: int, max_length: int,
-              permutation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """One (source, target) pair of ids, each ending with EOS and at most max_length long."""
-  length = int(rng.integers(1, max_length))  # words; EOS makes it ≤ max_length
-  words = rng.integers(FIRST_WORD_ID, vocab_size, size=length)
-  source = np.append(words, EOS_ID)
-  target = np.append(permutation[words[::-1]], EOS_ID)
-  return source.astype(np.int32), target.astype(np.int32)
-
-
 def _permutation(vocab_size: int, seed: int) -> np.ndarray:
   words = np.random.default_rng([seed, 7]).permutation(np.arange(FIRST_WORD_ID, vocab_size))
   return np.concatenate([np.arange(FIRST_WORD_ID), words])  # the reserved ids stay
@@ -45,9 +35,10 @@ def make_batch(rows: int, vocab_size: int, max_length: int, seed: int, batch_num
   inputs = np.full((rows, max_length), PAD_ID, np.int32)
   targets = np.full((rows, max_length), PAD_ID, np.int32)
   for r in range(rows):
-    source, target = make_pair(rng, vocab_size, max_length, permutation)
-    inputs[r, :len(source)] = source
-    targets[r, :len(target)] = target
+    length = int(rng.integers(1, max_length))  # words; EOS makes it ≤ max_length
+    words = rng.integers(FIRST_WORD_ID, vocab_size, size=length)
+    inputs[r, :length + 1] = np.append(words, EOS_ID)
+    targets[r, :length + 1] = np.append(permutation[words[::-1]], EOS_ID)
   return {'inputs': inputs, 'targets': targets}
 
 

@@ -136,7 +136,7 @@ def reservoir_sample(items: Iterable[str], k: int, *, seed: int) -> list[str]:
   items between replacements, so it costs one pass plus O(k log(n / k)) random draws."""
   rng = random.Random(seed)
   iterator = iter(items)
-  reservoir = [item for _, item in zip(range(k), iterator, strict=False)]  # at most k
+  reservoir = list(itertools.islice(iterator, k))
   if len(reservoir) < k:
     return reservoir
 

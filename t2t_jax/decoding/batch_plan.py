@@ -108,8 +108,6 @@ class Sampling(NamedTuple):
   key: Any  # jax.random.PRNGKey(config.sample_seed)
 
 
-# Each device gets the numbers of its own rows of src; the rest is replicated.
-SAMPLING_SPECS = Sampling(P(AXIS), P(), P())
 # Samples of a sentence (--n_best with sampling) are rows of its batch, each as large as a
 # sentence: more than this would outgrow any decoding batch.
 MAX_SAMPLES = 1024
@@ -140,7 +138,7 @@ def make_sharded_decoder(model_config: ModelConfig | decode.Ensemble,
                            top_p=config.sample_top_p if top_p is None else top_p,
                            n_samples=n_best, extra_length=config.decode_extra_length,
                            banned_ids=banned(True), weights=weights)
-    return shard_rows(draw, mesh, SAMPLING_SPECS)
+    return shard_rows(draw, mesh, Sampling(P(AXIS), P(), P()))  # each device its rows' numbers
   beam_size = 1 if method == 'greedy' else beam_size or config.beam_size
 
   def search(params, src, alpha):
@@ -155,8 +153,7 @@ def shard_rows(search: Decoder, mesh: Mesh, settings_specs: Any = None) -> Decod
   """`search(params, src, settings) -> (ids, scores)` jitted with each device on its own
   rows of src (params replicated, settings as `settings_specs` says; None: replicated, α)."""
   # Each device's search stops when its own sentences are done: nothing to communicate.
-  settings_specs = P() if settings_specs is None else settings_specs
-  return jax.jit(jax.shard_map(search, mesh=mesh, in_specs=(P(), P(AXIS), settings_specs),
+  return jax.jit(jax.shard_map(search, mesh=mesh, in_specs=(P(), P(AXIS), settings_specs or P()),
                                out_specs=(P(AXIS), P(AXIS)), check_vma=False))
 
 
@@ -252,11 +249,9 @@ def max_input_length(model_config: ModelConfig | decode.Ensemble,
                      config: ml_collections.ConfigDict) -> int:
   """Sub-words of an input decoded, EOS included, longer ones truncated (encode_inputs):
   learned positions' max_len must hold input + extra outputs, in every model."""
-  length = max(config.max_decode_input_length, 1)
-  for member in decode.members(model_config):
-    if member.positional == 'learned':
-      length = min(length, member.max_len - config.decode_extra_length)
-  return length
+  return min([max(config.max_decode_input_length, 1),
+              *(m.max_len - config.decode_extra_length for m in decode.members(model_config)
+                if m.positional == 'learned')])
 
 
 def translate(decoder: Decoder, params: Any, sentences: Sequence[str], tokenizer: Any,

@@ -83,11 +83,8 @@ def members(config: ModelConfig | Ensemble) -> Ensemble:
 
 def max_decode_length(src_len: int, config: ModelConfig | Ensemble, extra_length: int) -> int:
   """Cache length T: the padded source length + extra, within every learned embedding's."""
-  length = src_len + extra_length
-  for member in members(config):
-    if member.positional == 'learned':
-      length = min(length, member.max_len)
-  return length
+  return min([src_len + extra_length,
+              *(m.max_len for m in members(config) if m.positional == 'learned')])
 
 
 def output_limits(src: Array, extra_length: int, max_len: int, eos_id: int = EOS_ID) -> Array:
@@ -177,12 +174,6 @@ def ban_tokens(logp: Array, step: Array, limits: Array, eos_id: int,
   never[[i for i in (PAD_ID, *banned_ids) if i < len(never)]] = True  # a constant
   banned = never | ((step + 1 >= limits)[:, None, None] & (vocab != eos_id))
   return jnp.where(banned, NEG_INF, logp)
-
-
-def _next_log_probs(logits: Array, step: Array, limits: Array, eos_id: int,
-                    row_max: Callable[[Array], Array] = kernels.xla_row_max) -> Array:
-  """log P(next token) [b, k, v] in float32, with PAD banned and EOS forced at the limit."""
-  return ban_tokens(log_softmax(logits, row_max), step, limits, eos_id)
 
 
 def keep_best(finished_seq: Array, finished_score: Array, seqs: Array, scores: Array,
@@ -314,15 +305,6 @@ def _uncached_steps(params: Any, encoded: Array, src: Array, lengths: list[int],
   return Steps(step, None, keep, keep)
 
 
-def model_steps(params: Any, src: Array, lengths: list[int], *, config: ModelConfig,
-                beam_size: int, use_cache: bool = True) -> Steps:
-  """One model's decoder for src [b, s], `beam_size` hypotheses a sentence, cache `lengths`."""
-  encoder = Transformer(config.replace(deterministic=True))
-  encoded = encoder.apply({'params': params}, src, method=Transformer.encode)  # [b, s, m]
-  steps = _cached_steps if use_cache else _uncached_steps
-  return steps(params, encoded, src, lengths, config, beam_size)
-
-
 def ensemble_steps(steps: Sequence[Steps], weights: Sequence[float] | None = None) -> Steps:
   """Several models' decoders as one: the mean of their log-probabilities (weighted by
   `weights`, summing to 1, if given), each model's carry its own."""
@@ -347,15 +329,20 @@ def ensemble_steps(steps: Sequence[Steps], weights: Sequence[float] | None = Non
 def decoder_steps(params: Any, src: Array, lengths: list[int], *,
                   config: ModelConfig | Ensemble, beam_size: int, use_cache: bool = True,
                   weights: Sequence[float] | None = None) -> Steps:
-  """model_steps of one model, or ensemble_steps of an ensemble's (params: a tuple)."""
-  steps = functools.partial(model_steps, src=src, lengths=lengths, beam_size=beam_size,
-                            use_cache=use_cache)
+  """The decoder of src [b, s] for `beam_size` hypotheses a sentence and cache `lengths`: one
+  model's, or ensemble_steps of an ensemble's (params: a tuple)."""
+  def steps(params: Any, config: ModelConfig) -> Steps:
+    encoder = Transformer(config.replace(deterministic=True))
+    encoded = encoder.apply({'params': params}, src, method=Transformer.encode)  # [b, s, m]
+    make = _cached_steps if use_cache else _uncached_steps
+    return make(params, encoded, src, lengths, config, beam_size)
+
   if not isinstance(config, tuple):
-    return steps(params, config=config)
+    return steps(params, config)
   if not config or len(params) != len(config):
     raise ValueError(f'an ensemble needs one parameter set per model, got {len(params)} for '
                      f'{len(config)}')
-  return ensemble_steps([steps(p, config=c) for p, c in zip(params, config, strict=True)], weights)
+  return ensemble_steps([steps(p, c) for p, c in zip(params, config, strict=True)], weights)
 
 
 def search(params: Any, src: Array, *, config: ModelConfig | Ensemble, beam_size: int = 4,

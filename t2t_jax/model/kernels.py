@@ -14,8 +14,6 @@ Both give the same numbers up to summation order, except dropout: 'cpu' draws it
 from another random stream (the same Bernoulli(1 - P_drop) distribution). A CPU form is
 traced under `jax.named_scope(CPU_SCOPE)`, so that a program's text shows where one is
 (tests/test_accelerator_programs.py asserts there is none in the GPU and TPU programs).
-Both keep the pre-softmax logits and attention's Q·Kᵀ in float32 whatever the compute dtype
-(`einsum_f32`); their gradients' products run in the compute dtype.
 """
 from __future__ import annotations
 
@@ -197,6 +195,8 @@ cpu_matmul.defvjp(lambda x, w: (lax.dot(x, w), (x, w)), _cpu_matmul_bwd)
 
 @jax.custom_vjp
 def _cpu_logits(x: Array, embedding: Array) -> Array:
+  """x [b, t, m] · embedding [v, m]ᵀ -> float32 logits [b, t, v], with the embedding's
+  gradient in the form XLA:CPU runs fastest (see _cpu_logits_bwd)."""
   return jnp.einsum('btm,vm->btv', x, embedding, preferred_element_type=jnp.float32)
 
 
@@ -217,8 +217,6 @@ def _cpu_logits_bwd(res: tuple[Array, Array], g: Array) -> tuple[Array, Array]:
 _cpu_logits.defvjp(lambda x, embedding: (_cpu_logits(x, embedding), (x, embedding)),
                    _cpu_logits_bwd)
 cpu_tied_logits = cpu_form(_cpu_logits)
-cpu_tied_logits.__doc__ = """x [b, t, m] · embedding [v, m]ᵀ -> float32 logits [b, t, v], with
-the embedding's gradient in the form XLA:CPU runs fastest (see _cpu_logits_bwd)."""
 
 
 @cpu_form

@@ -45,9 +45,8 @@ def glibc_version() -> tuple[int, int] | None:
 
 def wanted(environ: Mapping[str, str], glibc: tuple[int, int] | None, mode: str | None) -> bool:
   """Whether re-executing with the tunable would give this process huge pages it lacks."""
-  if glibc is None or glibc < (2, 35) or mode != 'madvise':
-    return False
-  return TUNABLE not in environ.get('GLIBC_TUNABLES', '')
+  return (glibc is not None and glibc >= (2, 35) and mode == 'madvise'
+          and TUNABLE not in environ.get('GLIBC_TUNABLES', ''))
 
 
 def reexec() -> None:

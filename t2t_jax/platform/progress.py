@@ -7,11 +7,11 @@ progress): this module imports no jax, so that every layer may import it.
 
 Why not tqdm or clu's progress: their bar writes to a stream; this puts a step's progress in
 absl's log (and --log_dir's files, which a preempted cluster job keeps) as lines at a set pace,
-with an ETA weighted by each piece's cost (decoding's batches differ tenfold), its bar erased
-before every log line so that the two never interleave.
+with an ETA weighted by each piece's cost (decoding's batches differ tenfold).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging as std_logging
 import os
@@ -60,7 +60,7 @@ def _columns(stream: TextIO) -> int:
     return shutil.get_terminal_size().columns
 
 
-class Progress:
+class Progress(contextlib.AbstractContextManager):
   """done/total, rate and ETA of one long step, in the log and on a terminal: `update(n)` after
   each piece of work, then `close()` (or leave a `with` block without an error) logs the final
   line. `work`: the step's total cost in any unit, each piece's given to `update(n, work=w)`,
@@ -80,9 +80,6 @@ class Progress:
     self._next_bar = self._start
     self._bar_length = 0  # characters of the bar on the screen now (0: none shown)
     self._closed = False
-
-  def __enter__(self) -> Progress:
-    return self
 
   def __exit__(self, error_type: type | None, *_: object) -> None:
     if error_type is None:

@@ -119,8 +119,7 @@ def load_params(workdir: str, *, which: str = 'auto', step: int = 0) -> Loaded:
     [best] = best_steps(workdir, 1, key="config.decode_params='best'")
     logging.info('The checkpoint of lowest dev loss: %s/%d.', CHECKPOINTS, best)
     which, step = 'checkpoint', best
-  kinds = {'auto': ('averaged', 'checkpoint'), 'averaged': ('averaged',),
-           'checkpoint': ('checkpoint',)}[which]
+  kinds = ('averaged', 'checkpoint') if which == 'auto' else (which,)
   for kind in kinds:
     subdir = AVERAGED if kind == 'averaged' else CHECKPOINTS
     steps = [s for s in checkpoint_steps(workdir, subdir) if not step or s == step]

@@ -112,9 +112,7 @@ def from_recorded(recorded: Mapping[str, Any], overrides: Sequence[str],
   """The config recorded in `where` (DIR/config.json), with PER_INVOCATION keys reset and
   `overrides` ('config.beam_size=8', as on the command line) applied, each checked against
   the recorded run (check_against_recorded)."""
-  added = {**ADDED_KEYS, **ADDED_BATCHING}
-  config = ml_collections.ConfigDict({**recorded, **{key: value for key, value in
-                                                     added.items() if key not in recorded}})
+  config = ml_collections.ConfigDict({**ADDED_KEYS, **ADDED_BATCHING, **recorded})
   config.update(PER_INVOCATION)
   if isinstance(config.get('model'), ml_collections.ConfigDict):
     for key, value in ADDED_MODEL_KEYS.items():
@@ -161,8 +159,7 @@ def check_against_recorded(config: ml_collections.ConfigDict, recorded: Mapping[
   recorded in `where`: decoding, averaging and attention maps use the trained model."""
   current = config.to_dict()
   for key in TRAINED_KEYS:  # in this order: the vocabulary is named before a model key
-    differences = config_differences({key: recorded.get(key)},
-                                     {key: current.get(key)})
+    differences = config_differences({key: recorded.get(key)}, {key: current.get(key)})
     for path, (old, new) in differences.items():
       if path in may_differ:
         continue

@@ -7,12 +7,7 @@ A workdir holds
   checkpoints/corrupt-<step>/     a checkpoint that could not be read, moved aside
 and averaged/<step>/, §6.1's mean of the last checkpoints (run/averaging.py). orbax writes
 each checkpoint into a temporary directory and renames it when complete, so a crash
-mid-write never leaves a checkpoint that looks finished; orbax's policies choose the saves
-by step and at a preemption (Checkpointer).
-
-Nothing here fails quietly: a checkpoint of another model shape is an error naming the
-parameter (never "unreadable, start over"), a save at or below the latest step is an error,
-and a checkpoint that stays unreadable after retries is moved aside, not deleted.
+mid-write never leaves a checkpoint that looks finished.
 """
 from __future__ import annotations
 
@@ -103,24 +98,21 @@ class Checkpointer:
     return self
 
   def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _) -> None:
-    """Closes; after an error, without raising a second one over it. After a refused write
-    it waits for nothing: the others in flight fail too, and main ends the process."""
+    """Closes; after an error, without raising a second one over it, letting a save in flight
+    finish (or fail, logged): the error that stopped the run is the one to report, and a write
+    cut off at exit would be lost work. After a refused write it waits for nothing: the others
+    in flight fail too, and main ends the process."""
     if kind is None:
       self.close()
     elif not self._closed and not isinstance(error, CheckpointWriteError):
-      self._abandon()
+      self._closed = True
+      try:
+        self._manager.wait_until_finished()
+        self._manager.close()
+      except Exception as e:  # the run already stops with another error
+        logging.warning('Checkpoint writes in %s did not finish: %s', self.directory,
+                        errors.summary(e))
     self._closed = True
-
-  def _abandon(self) -> None:
-    """Lets a save in flight finish (or fail, logged): the error that stopped the run is
-    the one to report, and a write cut off at exit would be lost work."""
-    self._closed = True
-    try:
-      self._manager.wait_until_finished()
-      self._manager.close()
-    except Exception as e:  # the run already stops with another error
-      logging.warning('Checkpoint writes in %s did not finish: %s', self.directory,
-                      errors.summary(e))
 
   def should_save(self, step: int) -> bool:
     """Whether orbax's policies save `step`: the same answer on every host (a step count,
@@ -256,8 +248,7 @@ class Checkpointer:
     if self._closed:
       return
     self._closed = True
-    with _checkpoint_write_errors(self.directory):
-      self._manager.wait_until_finished()
+    self.wait()
     self._manager.close()
 
 
@@ -279,11 +270,8 @@ def retry(read: Callable[[], Any], what: str) -> Any:
 def shapes(tree: Any) -> Shapes:
   """{'decoder/layer_0/ffn/w_1/kernel': (512, 2048), ...} of a tree of arrays or metadata."""
   tree = getattr(tree, 'tree', tree)  # orbax wraps item metadata in a TreeMetadata
-  out = {}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-    name = '/'.join(str(getattr(k, 'key', getattr(k, 'idx', getattr(k, 'name', k)))) for k in path)
-    out[name] = tuple(leaf.shape)
-  return out
+  return {jax.tree_util.keystr(path, simple=True, separator='/'): tuple(leaf.shape)
+          for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def shape_differences(have: Shapes, want: Shapes) -> list[tuple[str, Any, Any]]:

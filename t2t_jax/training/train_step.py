@@ -30,6 +30,7 @@ PACKED_ARGUMENTS = {'inputs_segmentation': 'src_segments', 'inputs_position': 's
 # The arrays of a batch the steps read (an eval batch's 'index' is the host's).
 MODEL_KEYS = ('inputs', 'targets', *PACKED_ARGUMENTS)
 
+
 @flax.struct.dataclass
 class TrainState:
   """Everything a training run needs to continue: the step, params, Adam state and RNG."""

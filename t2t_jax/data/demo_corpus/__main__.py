@@ -1,7 +1,4 @@
-"""`python -m t2t_jax.data.demo_corpus --out DIR [--num_train N ...]`: writes the demo corpus.
-
-The command line itself is writer.main; see `--help` for the options.
-"""
+"""`python -m t2t_jax.data.demo_corpus --out DIR [--num_train N ...]`: writes the demo corpus."""
 from __future__ import annotations
 
 from t2t_jax.data.demo_corpus.writer import main

@@ -32,8 +32,7 @@ _WEAK = {'m': ('e', 'en', 'en'), 'f': ('e', 'e', 'en'), 'n': ('e', 'e', 'en'),
          'p': ('en', 'en', 'en')}
 _EIN = {'m': ('', 'en', 'em'), 'f': ('e', 'e', 'er'), 'n': ('', '', 'em'),
         'p': ('e', 'e', 'en')}
-_RELATIVE = {'m': ('der', 'den', 'dem'), 'f': ('die', 'die', 'der'),
-             'n': ('das', 'das', 'dem'), 'p': ('die', 'die', 'denen')}
+_RELATIVE = {**_DER, 'p': ('die', 'die', 'denen')}  # the article but for the dative plural
 
 # Standard German fuses these prepositions with the definite article.
 _CONTRACTIONS = {('in', 'dem'): 'im', ('in', 'das'): 'ins', ('an', 'dem'): 'am',
@@ -208,7 +207,7 @@ def render_english(s: Sentence) -> str:
 
 def _de_article(det: str, g: str, ci: int) -> tuple[str, dict[str, tuple[str, ...]]]:
   """The determiner's German form and the adjective endings it requires."""
-  stem, kind = DETERMINERS[det][2], DETERMINERS[det][3]
+  _, _, stem, kind = DETERMINERS[det]
   if kind == 'def':
     return _DER[g][ci], _WEAK
   if kind == 'derword':
@@ -222,21 +221,15 @@ def _de_article(det: str, g: str, ci: int) -> tuple[str, dict[str, tuple[str, ..
   return stem, _STRONG  # bare nouns and numbers: the adjective shows the case
 
 
-def _de_np_words(np: NounPhrase, case: str) -> tuple[list[str], str]:
-  """German words of the NP without its relative clause, and the bare article form."""
-  noun = NOUNS[np.noun]
+def _de_np(np: NounPhrase, case: str, prep: str | None = None) -> list[str]:
+  """The NP in German, after `prep` (fused with the article where German does) if given."""
   g, ci = _gender_key(np), CASES.index(case)
   article, endings = _de_article(np.det, g, ci)
   words = [article] if article else []
   if np.very:
     words.append('sehr')
   words += [ADJECTIVES[adj].de_stem + endings[g][ci] for adj in np.adjectives]
-  words.append(noun.german(case, np.plural))
-  return words, article
-
-
-def _de_np(np: NounPhrase, case: str, prep: str | None = None) -> list[str]:
-  words, article = _de_np_words(np, case)
+  words.append(NOUNS[np.noun].german(case, np.plural))
   if prep is not None:
     fused = _CONTRACTIONS.get((prep, article)) if np.det == 'the' else None
     words = [fused] + words[1:] if fused else [prep] + words
@@ -348,12 +341,6 @@ def _de_main(c: Clause, *, verb_first: bool = False) -> list[str]:
   return prefield + [p.finite] + rest + p.adverb + p.middle + p.bracket + p.extraposed
 
 
-def _de_subordinate(c: Clause, conjunction: str) -> list[str]:
-  """A verb-final subordinate clause introduced by `conjunction`."""
-  p = _de_parts(c)
-  return p.verb_final(conjunction) + p.extraposed
-
-
 def translate(s: Sentence) -> str:
   """The German sentence for a structure (the reference translation of render_english)."""
   if s.question:
@@ -364,7 +351,8 @@ def translate(s: Sentence) -> str:
     comma = [','] if s.link == 'but' else []
     return _finish(_de_main(s.main) + comma + [CONJUNCTIONS[s.link]] +
                    _de_main(s.second), '.')
-  sub = _de_subordinate(s.second, SUBORDINATORS[s.link])
+  p = _de_parts(s.second)
+  sub = p.verb_final(SUBORDINATORS[s.link]) + p.extraposed  # verb-final, then its dass-clause
   if s.sub_first:
     # The subordinate clause fills the prefield, so the main verb comes next.
     return _finish(sub + [','] + _de_main(s.main, verb_first=True), '.')

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
-# ---------------------------------------------------------------------------------------
-# Tables. Columns are separated by '|'; tags by ','. Kept as tables so that a reader can
-# check the German at a glance.
-# ---------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------- tables
+# Columns are separated by '|'; tags by ','. Kept as tables so that a reader can check the
+# German at a glance.
 
 # english singular | english plural | gender | German singular | German plural | tags
 # [| weak-noun form for acc/dat singular].  '-' plural: a mass noun (never plural, no "a").
@@ -282,9 +281,7 @@ hope that|hope,hopes,hoped|hoffen,hofft,hoffen,gehofft|h|that|person|-|-|-|nomod
 """
 
 
-# ---------------------------------------------------------------------------------------
-# Closed word classes.
-# ---------------------------------------------------------------------------------------
+# --------------------------------------------------------------------- closed word classes
 
 # english preposition -> (German, case, noun tags the object must have)
 PREPOSITIONS = {
@@ -353,9 +350,7 @@ CONJUNCTIONS = {'and': 'und', 'or': 'oder', 'but': 'aber'}
 SUBORDINATORS = {'because': 'weil', 'although': 'obwohl', 'when': 'wenn', 'while': 'während'}
 
 
-# ---------------------------------------------------------------------------------------
-# Parsed entries.
-# ---------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------- parsed entries
 
 @dataclasses.dataclass(frozen=True)
 class Noun:
@@ -412,13 +407,9 @@ class Verb:
   @property
   def object_case(self) -> str | None:
     """The case of the (non-recipient) object, or None without an NP object."""
-    if self.frame in ('acc', 'ditr'):
-      return 'acc'
-    if self.frame == 'dat':
-      return 'dat'
     if '.' in self.frame:
       return self.frame.split('.')[1]
-    return None
+    return {'acc': 'acc', 'ditr': 'acc', 'dat': 'dat'}.get(self.frame)
 
 
 def _parse_nouns(table: str) -> dict[str, Noun]:
@@ -454,9 +445,8 @@ def _parse_verbs(table: str) -> dict[str, Verb]:
     en_base, en_3sg, en_part = en.split(',')
     de_inf, de_3sg, de_pl, de_part = de.split(',')
     prefix = de_inf.split('+')[0] if '+' in de_inf else ''
-    pp_list = []
-    for group in ([] if pps == '-' else pps.split(',')):
-      pp_list.extend(PP_GROUPS.get(group, (group,)))
+    pp_list = [pp for group in pps.split(',') if group != '-'
+               for pp in PP_GROUPS.get(group, (group,))]
     verbs[key] = Verb(key, en_base, en_3sg, en_part, de_inf.replace('+', ''), de_3sg, de_pl,
                       de_part, prefix, 'sein' if aux == 's' else 'haben', frame,
                       _tagset(subj), _tagset(obj), _tagset(recipient), tuple(pp_list),

@@ -279,8 +279,7 @@ def sample_sentence(rng: random.Random) -> Sentence:
   if r < 0.82:
     return Sentence(main, link, second)
   # A fronted subordinate clause takes the prefield: no fronted adverb, no relative there.
-  main = _sample_clause(rng, 'main')
-  main = dataclasses.replace(main, fronted=False) if main.fronted else main
+  main = dataclasses.replace(_sample_clause(rng, 'main'), fronted=False)
   return Sentence(main, link, second, sub_first=True)
 
 

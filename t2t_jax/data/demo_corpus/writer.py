@@ -83,8 +83,8 @@ def corpus_stats(pairs: Sequence[tuple[str, str]]) -> dict[str, float]:
 
 
 def _read_pairs(prefix: str, source_lang: str, target_lang: str) -> list[tuple[str, str]]:
-  with open(f'{prefix}.{source_lang}', encoding='utf-8') as src, open(
-      f'{prefix}.{target_lang}', encoding='utf-8') as tgt:
+  with (open(f'{prefix}.{source_lang}', encoding='utf-8') as src,
+        open(f'{prefix}.{target_lang}', encoding='utf-8') as tgt):
     # The sides are written aligned: a length mismatch is a damaged corpus.
     return [(s.rstrip('\n'), t.rstrip('\n')) for s, t in zip(src, tgt, strict=True)]
 
