@@ -156,15 +156,17 @@ def test_the_console_script_and_python_m_t2t_jax_are_the_command_line():
   t2t_jax` run main.py's command line, exit status and one-line errors included."""
   script = os.path.join(os.path.dirname(sys.executable), 't2t-jax')
   assert os.path.isfile(script), 'pip install -e . makes it'
-  for command in ([script], [sys.executable, '-m', 't2t_jax']):
-    done = subprocess.run([*command, '--config=experiments/demo.py', '--mode=params'], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == 'params: 1639936', done.stderr
-    wrong = subprocess.run([*command, '--config=experiments/demo.py', '--config.modle=3'],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert wrong.returncode == 1
-    assert wrong.stderr.strip() == ('t2t_jax: error: config.modle: no such key; did you mean '
-                                    'config.model?')
+  # A process each: the console script's success, and `python -m`'s one-line error (the same
+  # main.run behind both).
+  done = subprocess.run([script, '--config=experiments/demo.py', '--mode=params'], cwd=ROOT,
+                        capture_output=True, text=True, timeout=120)
+  assert done.returncode == 0 and done.stdout.strip() == 'params: 1639936', done.stderr
+  wrong = subprocess.run([sys.executable, '-m', 't2t_jax', '--config=experiments/demo.py',
+                          '--config.modle=3'], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+  assert wrong.returncode == 1
+  assert wrong.stderr.strip() == ('t2t_jax: error: config.modle: no such key; did you mean '
+                                  'config.model?')
 
 
 # ------------------------------------- the command line in this process (helpers.run_main)
