@@ -6,10 +6,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= runs/demo
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist): compiling, a large share of the suite, runs on one core, and a
-# test that waits on processes it started (a signal, a peer, a timeout) runs on none, so three
-# keep a 2-core machine busy; 0 runs the suite in this process alone.
-TEST_WORKERS ?= 3
+# Test processes (pytest-xdist): compiling, a large share of the suite, runs on one core, so
+# two processes keep a 2-core machine busy; 0 runs the suite in this process alone.
+TEST_WORKERS ?= 2
 
 # pip byte-compiles every module it installs, 20,000 of them, most never imported here
 # (TensorFlow's, torch's, transformers'): it installs with --no-compile, and Python compiles

@@ -15,7 +15,7 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # A home of the test run's own, made by its first process (pytest-xdist's workers inherit it)
 # and removed when that process exits: nothing a test starts writes to the user's home, and
 # the default config.compilation_cache_dir ('~/.cache/t2t_jax/xla') becomes one compilation
-# cache for the whole run. Every process compiles into it: each test process, and every
+# cache for the whole run. Every process compiles into it: both test processes, and every
 # `main.py` a test starts that keeps the config's cache on. The suite compiles
 # the same tiny programs again and again, in process after process (each 1-, 2- and
 # 8-device run, each host of a two-process run); from the cache, a repeat costs a file read.
