@@ -57,7 +57,9 @@ def test_the_gpu_quick_start_runs(tmp_path):
   env = cpu_env(2)
   for run in runs + then:
     args = [a.replace('runs/base', str(tmp_path / 'base')) for a in shlex.split(run)]
-    args = args[1:] if args[0] == '.venv/bin/t2t-jax' else args[3:]  # python -m t2t_jax.main
+    command = 1 if args[0] == '.venv/bin/t2t-jax' else 3
+    assert args[:command] in (['.venv/bin/t2t-jax'], ['python', '-m', 't2t_jax.main']), run
+    args = args[command:]
     if any(a.startswith('--config=') for a in args):  # training: a tiny size
       args += TINY_TRAINING
     done = subprocess.run([sys.executable, '-m', 't2t_jax', *args], cwd=ROOT, env=env,
