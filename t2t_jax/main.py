@@ -79,10 +79,12 @@ def main(argv: list[str]) -> None:
   try:
     _dispatch()
   except BrokenPipeError:
-    # The reader of stdout went away (`| head`): end quietly, as Unix tools do, and keep
-    # Python from reporting the pipe again when it flushes stdout at exit.
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    sys.exit(128 + 13)  # what a shell reports for a process ended by SIGPIPE
+    # The reader of stdout went away (`| head`): end quietly, as Unix tools do, with what a
+    # shell reports for a process ended by SIGPIPE. At once: a stream's reader thread may be
+    # blocked reading stdin, and the interpreter's shutdown would abort on that buffer's lock.
+    logging.flush()
+    sys.stderr.flush()
+    os._exit(128 + 13)
   except trainer.StoppedBySignal as e:
     # Saved, but not finished: a non-zero status tells schedulers and loops to run it again.
     print(f't2t_jax: {e}', file=sys.stderr)
@@ -168,6 +170,11 @@ def _key_help() -> str:
     config = recorded_lib.from_recorded(recorded, _recorded_overrides, where)
   else:
     config = loading.load_module(key_help.BASE, 't2t_jax_config_base').get_config()
+    if FLAGS.workdir:  # not silently: the user asked about a run
+      where = os.path.join(FLAGS.workdir, workdir_lib.CONFIG)
+      return (f'{where}: no recorded run there, so these are the defaults of {key_help.BASE} '
+              '(pass --config=FILE, or the --workdir of a trained run)\n\n'
+              + key_help.describe(config, tuple(files)))
   return key_help.describe(config, tuple(files))
 
 

@@ -196,7 +196,7 @@ def _share_vocabulary(config: ml_collections.ConfigDict, row_dir: str, study_dir
     if (recorded is None or not os.path.exists(os.path.join(donor_dir, 'vocab', 'spm.model'))
         or {key: recorded.get(key) for key in VOCABULARY_KEYS} != wanted):
       continue
-    os.makedirs(row_dir, exist_ok=True)
+    files.make_folder(row_dir, study_dir, 'a row of the study')
     for part in ('data_cache', 'vocab'):  # vocab/ last: its presence means both are whole
       if os.path.isdir(os.path.join(donor_dir, part)):
         _copy_whole(os.path.join(donor_dir, part), os.path.join(row_dir, part))
@@ -302,7 +302,8 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
   right.legend()
   fig.suptitle('Table 3: variations of the Transformer, dev set (newstest2013 in the paper)')
   fig.tight_layout()
-  temp = f'{path}.partial.png'
-  fig.savefig(temp, dpi=100)
+  temp = f'{path}.tmp-{os.getpid()}.png'
+  with files.open_file(temp, 'xb', 'the study\'s plot') as f:  # never through a link
+    fig.savefig(f, dpi=100, format='png')
   plt.close(fig)
   os.replace(temp, path)

@@ -20,7 +20,7 @@ from absl import logging
 from jax.sharding import Mesh
 
 from t2t_jax.config import rules
-from t2t_jax.data import pipeline
+from t2t_jax.data import batching, pipeline
 from t2t_jax.decoding import batch_plan, bleu
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import ahead, distributed, errors
@@ -308,7 +308,10 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
   trained_s = float(data_state.pop(TRAIN_SECONDS, 0.0))
   vocabulary.check_recorded(data_state, datasets.tokenizer, workdir)
   data_state.pop(vocabulary.VOCABULARY, None)
-  datasets.train.set_state(data_state)
+  try:
+    datasets.train.set_state(data_state)
+  except batching.PositionMismatch as e:
+    raise errors.UserError(f'{e} {_ways_on(e, config, differences, workdir)}') from None
   step = int(state.step)
   newer = [f'{checkpoints.CHECKPOINTS}/{s}' for s in checkpointer.steps() if s > step]
   newer += [f'{checkpoints.AVERAGED}/{s}'
@@ -318,6 +321,26 @@ def _restore(config: ml_collections.ConfigDict, model_config: ModelConfig, workd
     checkpointer.reload()
   logging.info('Resuming at step %d (%.1f minutes trained).', step, trained_s / 60)
   return state, trained_s
+
+
+# The settings that place a saved input-pipeline position (TrainIterator's fingerprint).
+DATA_PLAN_KEYS = ('dataset', 'tfds_name', 'train_split', 'train_files', 'vocab_size',
+                  'max_length', 'tokens_per_batch', 'seed', 'bucket_growth', 'bucket_band',
+                  'batching', 'pack_length', 'demo_num_train', 'demo_seed')
+
+
+def _ways_on(error: batching.PositionMismatch, config: ml_collections.ConfigDict,
+             differences: dict[str, tuple[Any, Any]], workdir: str) -> str:
+  """What a run whose data position cannot be continued can do instead, in one sentence."""
+  back = [f'--{key}={old}' for key, (old, _) in differences.items()
+          if key.removeprefix('config.') in DATA_PLAN_KEYS]
+  if error.batching and config.batching == 'auto':  # 'auto' resolves per platform
+    back.append(f'--config.batching={error.batching}')
+  settings = ' '.join(back) if back else f'as in {workdir}/{workdir_lib.CONFIG}'
+  return (f'Resume with the settings it was started with ({settings}); or start a new run from '
+          f'its parameters (--config.init_from={workdir} and another --workdir: new Adam '
+          'moments and schedule); or train this one from step 0 (--config.restart=True, its '
+          'checkpoints moved aside).')
 
 
 def _evaluate_dev(eval_fn: Callable, params: Any, dev: Any, mesh: Mesh, writer: MetricWriter,

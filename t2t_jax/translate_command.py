@@ -5,6 +5,7 @@ fairseq-interactive's use), and the output formats (a line a translation, Moses'
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import queue
 import sys
@@ -129,9 +130,10 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
     files.check_writable_file(output_path, 'the translations')
   if input_path == '-' and sys.stdin is None:
     raise errors.UserError('--input=-: standard input is closed; give it lines, or --input=FILE')
-  translator = Translator(config, workdir, mode='translate')
   if input_path == '-' and jax.process_count() == 1:
-    with translator, stream_output(output_path) as out:
+    # The output is claimed first: a second stream to it fails before loading a model.
+    with stream_output(output_path) as out, Translator(config, workdir,
+                                                       mode='translate') as translator:
       _stream_ahead(translator, stream_lines, n_best)
       # At the end of the input nothing more is compiled ahead (translator.close), and the
       # running compilations finish: XLA cannot stop one, and a thread not waited for aborts
@@ -140,6 +142,7 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
                      wait_s=stream_wait_s, on_end=translator.close)
     logging.info('Translated %d lines of <stdin>.', count)
     return
+  translator = Translator(config, workdir, mode='translate')
   _write(format_results(translator.translate(sources.read_lines(input_path), n_best=n_best)),
          output_path)
 
@@ -189,17 +192,48 @@ def _write(text: str, path: str | None) -> None:
 def stream_output(path: str | None) -> Iterator[BinaryIO]:
   """A stream's output: stdout's bytes (UTF-8 whatever the locale's encoding), or for a file
   `path`, PATH.partial written as it goes and renamed to `path` when the input ends. A run
-  that fails never replaces an earlier `path`; what it translated stays in PATH.partial."""
+  that fails never replaces an earlier `path`; what it translated stays in PATH.partial.
+  PATH.partial is this process's alone while it writes (_claim): a second stream to `path`
+  is an error, never a mix of two."""
   if path is None:
     sys.stdout.flush()
     yield sys.stdout.buffer
     return
   partial = f'{path}.partial'
-  with open(partial, 'wb') as f:
+  with _claim(partial, path) as f:
     try:
       yield f
     except BaseException:
-      logging.error('%s holds the translations written before the error; %s is unchanged.',
-                    partial, path)
+      if f.tell():
+        logging.error('%s holds the translations written before the error; %s is unchanged.',
+                      partial, path)
+      else:  # nothing translated yet (the model did not load): nothing to keep
+        os.remove(partial)
       raise
-  os.replace(partial, path)
+    f.flush()
+    os.replace(partial, path)  # still locked: no other stream takes PATH.partial meanwhile
+
+
+def _claim(partial: str, path: str) -> BinaryIO:
+  """PATH.partial, empty, opened (never through a link) and locked (flock) by this process; a
+  lock held by another stream is an error naming `path`. The file locked must still be the one
+  named PATH.partial: its last holder may have renamed it to `path` in between."""
+  for _ in range(3):
+    f = files.open_file(partial, 'ab', 'the translations')  # not emptied before it is ours
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      f.close()
+      raise errors.UserError(f'--output={path}: another translation is writing it (it holds '
+                             f'{partial}); wait for it to finish, or name another --output'
+                             ) from None
+    try:
+      current = os.lstat(partial).st_ino
+    except FileNotFoundError:
+      current = None
+    if current == os.fstat(f.fileno()).st_ino:
+      f.truncate(0)
+      return f
+    f.close()  # renamed to `path` by the stream that held it: open the new PATH.partial
+  raise errors.UserError(f'--output={path}: {partial} keeps being replaced by other '
+                         'translations; name another --output')

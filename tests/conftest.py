@@ -70,6 +70,15 @@ def tiny_workdir(tmp_path_factory) -> str:
 
 
 @pytest.fixture
+def run(tiny_workdir, tmp_path):
+  """A copy of the tiny trained run (checkpoints at steps 3 and 6), free to damage, without
+  what other tests of this process may have added to it (means, evaluations)."""
+  return str(shutil.copytree(tiny_workdir, tmp_path / 'run', ignore=lambda folder, names: [
+      n for n in names if folder == tiny_workdir
+      and (n in ('averaged', 'eval', 'attention') or n.startswith('previous-'))]))
+
+
+@pytest.fixture
 def cli(capfd):
   """The command line in this process: `cli(*args, input='')` runs `python -m t2t_jax.main
   ARGS` as helpers.run_main does and returns a subprocess.CompletedProcess (text output)."""

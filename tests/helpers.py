@@ -12,6 +12,7 @@ import io
 import logging
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -49,6 +50,23 @@ def cpu_env(devices: int | None, **extra: str) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------- the command line
+
+def the_one_error(stderr: str) -> str:
+  """The error line, asserting that it is the last line and that everything before it is
+  the run's INFO and WARNING log (which config was read, what differs from the recorded
+  one; a record may span lines): nothing else, no traceback."""
+  records = []
+  for line in stderr.strip().splitlines():
+    if re.match(r'[IWEF]\d{4} |t2t_jax: ', line) or not records:
+      records.append(line)
+    else:
+      records[-1] += '\n' + line
+  assert 'Traceback' not in stderr, stderr[-3000:]
+  assert records and records[-1].startswith('t2t_jax: error: '), stderr[-3000:]
+  assert '\n' not in records[-1], stderr[-3000:]
+  assert all(re.match(r'[IW]\d{4} ', r) for r in records[:-1]), stderr[-3000:]
+  return records[-1]
+
 
 COMMAND = [sys.executable, '-m', 't2t_jax.main']
 

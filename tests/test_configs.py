@@ -313,6 +313,15 @@ def test_model_rules_cover_every_model_config_field():
     ({'model.positional': 'learned', 'decode_extra_length': 512},
      r'config\.decode_extra_length: must be < config\.model\.max_len \(512\)'),
     ({'sample_top_k': 37001}, r'config\.sample_top_k: must be ≤ config\.vocab_size \(37000\)'),
+    # A packed row: it left the longer pairs out with an INFO line, or 1e8 tokens failed in
+    # XLA's allocator after a compilation.
+    ({'batching': 'packed', 'pack_length': 255},
+     r'config\.pack_length: must be ≥ config\.max_length \(256\) with packed batches'),
+    ({'batching': 'packed', 'pack_length': 100_000_000},
+     r'config\.pack_length: must be ≤ config\.tokens_per_batch \(27000\)'),
+    ({'batching': 'packed', 'pack_length': 27000},
+     r'config\.pack_length: 27000 tokens a row need 391\.1 GiB a device for the attention '
+     r'weights alone \(1 rows'),
 ])
 def test_rules_across_keys(changes, message):
   config = wmt_ende_base.get_config()

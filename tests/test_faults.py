@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,7 +19,17 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import COMMAND, ROOT, cpu_env, dead_pid, make_config, run_process, tiny_config
+from helpers import (
+  COMMAND,
+  MAX_LENGTH,
+  ROOT,
+  cpu_env,
+  dead_pid,
+  make_config,
+  run_process,
+  the_one_error,
+  tiny_config,
+)
 from t2t_jax import trainer, translate_command
 from t2t_jax.apps import evaluate, export, translator
 from t2t_jax.platform import distributed, errors, files, quiet
@@ -29,16 +38,6 @@ from t2t_jax.platform.metrics import MetricWriter
 from t2t_jax.run import averaging, vocabulary
 from t2t_jax.run import params as params_lib
 from t2t_jax.training import checkpoints
-
-
-@pytest.fixture
-def run(tiny_workdir, tmp_path):
-  """A copy of the tiny trained run (checkpoints at steps 3 and 6), free to damage, without
-  what other tests of this process may have added to it (means, evaluations)."""
-  return str(shutil.copytree(tiny_workdir, tmp_path / 'run', ignore=lambda folder, names: [
-      n for n in names if folder == tiny_workdir
-      and (n in ('averaged', 'eval', 'attention') or n.startswith('previous-'))]))
-
 
 # ------------------------------------------------- outputs: whole or not at all
 
@@ -182,6 +181,40 @@ def test_a_torn_provenance_line_is_set_aside(tmp_path):
   path.write_text('{"first_step": 1}\n{"first_st')
   workdir_lib.record_invocation(str(tmp_path), 10)
   assert [json.loads(line)['first_step'] for line in path.read_text().splitlines()] == [1, 11]
+
+
+def test_a_torn_dev_record_is_named_when_choosing_the_best(run, caplog):
+  """The best step's dev loss was in the torn last line: decode_params='best' chose another
+  checkpoint without a word."""
+  with open(os.path.join(run, 'metrics.jsonl'), 'a') as f:
+    f.write('{"step": 3, "dev_loss": 0.01, "dev_perpl')
+  caplog.set_level('WARNING')
+  assert params_lib.ranked_steps(run, key='config.decode_params') == [6]
+  [line] = [r.getMessage() for r in caplog.records if 'not a whole record' in r.getMessage()]
+  count = len(open(os.path.join(run, 'metrics.jsonl')).read().splitlines())
+  assert line.startswith(f'{run}/metrics.jsonl:{count} is not a whole record')
+
+
+@pytest.mark.slow
+def test_resuming_with_another_batching_names_the_ways_on(tmp_path):
+  """A bucketed run resumed with batching='packed' was refused with no way out."""
+  config = make_config(tmp_path, n_train=200, num_train_steps=1, checkpoint_every_steps=1,
+                       eval_every_steps=100, log_every_steps=1, batching='buckets',
+                       pack_length=MAX_LENGTH)
+  config.model.update(num_layers=1, d_model=32, d_ff=32, num_heads=2)
+  workdir = str(tmp_path / 'run')
+  trainer.train_and_evaluate(config, workdir)
+  config.update(batching='packed', num_train_steps=2)
+  with pytest.raises(errors.UserError) as raised:
+    trainer.train_and_evaluate(config, workdir)
+  message = str(raised.value)
+  assert "it was batched with config.batching='buckets', this run with 'packed'" in message
+  assert message.endswith(
+      'Resume with the settings it was started with (--config.batching=buckets); or start a '
+      f'new run from its parameters (--config.init_from={workdir} and another --workdir: new '
+      'Adam moments and schedule); or train this one from step 0 (--config.restart=True, its '
+      'checkpoints moved aside).')
+  assert checkpoints.checkpoint_steps(workdir) == [1]
 
 
 # ------------------------------------------------------------ the vocabulary
@@ -375,23 +408,6 @@ def test_every_mistake_is_one_line(cli, run, tmp_path, monkeypatch, name):
   assert result.returncode == 1, result.stderr[-3000:]
   line = the_one_error(result.stderr)
   assert named in line, line
-
-
-def the_one_error(stderr: str) -> str:
-  """The error line, asserting that it is the last line and that everything before it is
-  the run's INFO and WARNING log (which config was read, what differs from the recorded
-  one; a record may span lines): nothing else, no traceback."""
-  records = []
-  for line in stderr.strip().splitlines():
-    if re.match(r'[IWEF]\d{4} |t2t_jax: ', line) or not records:
-      records.append(line)
-    else:
-      records[-1] += '\n' + line
-  assert 'Traceback' not in stderr, stderr[-3000:]
-  assert records and records[-1].startswith('t2t_jax: error: '), stderr[-3000:]
-  assert '\n' not in records[-1], stderr[-3000:]
-  assert all(re.match(r'[IW]\d{4} ', r) for r in records[:-1]), stderr[-3000:]
-  return records[-1]
 
 
 @pytest.mark.e2e

@@ -58,3 +58,12 @@ def test_help_mode_lists_the_keys_of_a_config_or_of_a_run(cli, tiny_workdir):
   alone = cli('--mode=help')
   assert '  vocab_size = 37000  # shared source-target BPE vocabulary, §5.1' in alone.stdout
   assert os.path.isfile(os.path.join(ROOT, 'experiments', 'wmt_ende_base.py'))
+
+
+def test_help_mode_says_when_the_workdir_holds_no_run(cli, tmp_path):
+  """A mistyped --workdir showed the base config's defaults as if they were the run's."""
+  done = cli('--mode=help', f'--workdir={tmp_path / "no-run"}')
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout.splitlines()[0] == (
+      f'{tmp_path / "no-run" / "config.json"}: no recorded run there, so these are the '
+      f'defaults of {key_help.BASE} (pass --config=FILE, or the --workdir of a trained run)')

@@ -95,7 +95,9 @@ def test_pairs_too_long_for_a_row_are_left_out_and_counted(tmp_path, caplog):
               encoded.offsets[1][i + 1] - encoded.offsets[1][i]) for i in all_kept]
   too_long = sum(s > S or t > T for s, t in lengths)
   assert too_long and len(train._kept) == len(all_kept) - too_long
-  assert f'left out {too_long} pairs too long for a row; kept {len(train._kept)}' in caplog.text
+  assert (f'left out {too_long} pairs too long for a row (a longer config.pack_length keeps '
+          f'them); kept {len(train._kept)}') in caplog.text
+  assert any(r.levelname == 'WARNING' and 'left out' in r.getMessage() for r in caplog.records)
 
 
 def global_batch(config, workdir, *, num_devices=1, process_count=1, grad_accum_steps=1,
@@ -278,7 +280,7 @@ def test_a_packed_run_resumes_exactly_and_meets_one_train_shape(cli, tmp_path):
   one or two shapes, and its dev loss one."""
   config = packed_config(tmp_path, num_train_steps=4, log_every_steps=1, eval_every_steps=2,
                          checkpoint_every_steps=2, checkpoint_every_minutes=0.0,
-                         warmup_steps=10)
+                         warmup_steps=10, max_length=PACK_LENGTH)
   config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4)
   straight = cli(*run_flags(config), f'--workdir={tmp_path / "straight"}')
   assert straight.returncode == 0, straight.stderr[-3000:]

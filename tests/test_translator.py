@@ -604,6 +604,16 @@ def test_score_mode_writes_a_score_a_line(cli, tiny_workdir, loaded, tmp_path):
       't2t_jax: error: --mode=score needs --input=FILE (the sources) and --reference=FILE')
 
 
+def test_an_empty_pair_scores_as_translate_gives_it(loaded):
+  """An empty source with an empty target scored the model's -6.25; translate gives an empty
+  line 0.0, undecoded."""
+  [translated] = loaded.translate([' '], n_best=1)
+  empty, spaces, other = loaded.score(['', ' ', ''], ['', '  ', '8 9'])
+  assert translated[0].score == empty.score == spaces.score == 0.0
+  assert empty.tokens == spaces.tokens == [] and empty.logprob == 0.0
+  assert other.score < 0 and len(other.tokens) == 3  # an empty source, a real target: scored
+
+
 class Planned(Exception):
   """Stops compile_ahead where it would start compiling, with the shapes it planned."""
 

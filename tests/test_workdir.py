@@ -43,16 +43,18 @@ def test_a_second_lock_on_the_same_workdir_is_refused(tmp_path):
 def test_a_full_disk_at_the_start_names_the_lock_file(tmp_path, monkeypatch):
   """The first write of a run is the lock's holder line: on a full disk its error names the
   file (the system's own names none: a write's errno carries no path)."""
+  open_file = files.open_file
+
   class FullDisk:
-    def __init__(self, path, *args, **kwargs):
-      self.file = open(path, *args, **kwargs)
+    def __init__(self, *args):
+      self.file = open_file(*args)
 
     def __getattr__(self, name):
       return getattr(self.file, name)
 
     def flush(self):
       raise OSError(errno.ENOSPC, 'No space left on device')
-  monkeypatch.setattr(workdir, 'open', FullDisk, raising=False)
+  monkeypatch.setattr(files, 'open_file', FullDisk)
   with pytest.raises(files.DiskWriteError, match=re.escape(
       f'{tmp_path / "train.lock"}: cannot write the training lock (who holds the workdir): '
       'No space left on device')):

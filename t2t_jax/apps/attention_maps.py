@@ -13,7 +13,7 @@ import numpy as np
 
 from t2t_jax.apps.translator import Translator
 from t2t_jax.model.transformer import ModelConfig, Transformer
-from t2t_jax.platform import errors
+from t2t_jax.platform import errors, files
 
 KINDS = {  # sown name -> (title, the queries' labels, the keys')
     'encoder_self_attention': ('encoder self-attention', 'source', 'source'),
@@ -59,8 +59,12 @@ def plot(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[
     ax.set_yticks(range(len(query_labels)), query_labels, fontsize=7)
   fig.suptitle(title)
   fig.tight_layout()
-  fig.savefig(path, dpi=100)
+  # Into a new file beside `path`, then renamed over it: never written through a link there.
+  tmp = f'{path}.tmp-{os.getpid()}.png'
+  with files.open_file(tmp, 'xb', 'an attention map') as f:
+    fig.savefig(f, dpi=100, format='png')
   plt.close(fig)
+  os.replace(tmp, path)
 
 
 def chosen_layers(layers: Sequence[int | str] | None, num_layers: int) -> list[int]:
@@ -87,14 +91,19 @@ def run(config: ml_collections.ConfigDict, workdir: str, sentence: str, out_dir:
     raise errors.UserError(f'config.ensemble={config.ensemble!r}: --mode=attention plots the '
                            "workdir's model alone; drop the ensemble")
   chosen = chosen_layers(layers, config.model.num_layers)  # before any work
+  if out_dir is None:
+    out_dir = files.writable_folder(os.path.join(workdir, 'attention'), workdir,
+                                    'attention maps')
+  else:
+    with files.disk_write_errors(out_dir, 'attention maps'):
+      os.makedirs(out_dir, exist_ok=True)
+    files.writable_folder(out_dir, out_dir, 'attention maps')
   translator = Translator(config, workdir, mode='attention')
   translation = translator([sentence])[0]
   tokenizer = translator.tokenizer
   src, tgt = tokenizer.encode(sentence), tokenizer.encode(translation)
   # The decoder's query at position i reads target i-1 (shifted right, start symbol first).
   labels = {'source': tokenizer.pieces(src), 'decoder input': ['<s>', *tokenizer.pieces(tgt)[:-1]]}
-  out_dir = out_dir or os.path.join(workdir, 'attention')
-  os.makedirs(out_dir, exist_ok=True)
   weights = attention_weights(translator.params, translator.model_config, src, tgt)
   paths = []
   for (kind, layer), w in sorted(weights.items()):

@@ -80,6 +80,8 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   scores}, the folder whole or not at all. scores.json also holds the split's loss
   (label-smoothed), nll, perplexity (of the nll, per word-piece) and accuracy, teacher-forced
   with the same parameters (with an ensemble, the workdir's alone)."""
+  if jax.process_index() == 0:  # before decoding: a read-only workdir costs seconds, not the run
+    files.writable_folder(os.path.join(workdir, EVAL), workdir, 'the evaluation')
   translator = Translator(config, workdir, mode='eval')
   evalset = pipeline.load_eval_set(
       config, workdir, config.eval_split, tokenizer=translator.tokenizer,
@@ -114,8 +116,7 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 def _publish(workdir: str, name: str, texts: dict[str, str]) -> None:
   """eval/<name>/ with these files, whole or not at all: written into a temporary folder,
   renamed into place when complete (an earlier one of that name is moved aside, not lost)."""
-  parent = os.path.join(workdir, EVAL)
-  os.makedirs(parent, exist_ok=True)
+  parent = files.writable_folder(os.path.join(workdir, EVAL), workdir, 'the evaluation')
   files.sweep_temp_dirs(parent)  # a killed evaluation's
   tmp = files.make_temp_dir(parent)
   try:

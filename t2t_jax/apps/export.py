@@ -289,7 +289,11 @@ def export_marian(params: Params, model_config: ModelConfig, tokenizer_model_pat
 
 
 def check_output_dir(output_dir: str) -> None:
-  """An export never mixes with other files: `output_dir` is new, or an empty folder."""
+  """An export never mixes with other files: `output_dir` is new, or an empty folder; not a
+  symbolic link, which the export, written beside it and renamed into place, would replace."""
+  if os.path.islink(output_dir):
+    raise errors.UserError(f'--output={output_dir}: a symbolic link; name the folder it points '
+                           f'to ({os.path.realpath(output_dir)}) or a new one')
   if os.path.isdir(output_dir) and os.listdir(output_dir):
     raise errors.UserError(f'--output={output_dir}: exists and is not empty; name a new or '
                            'empty folder')

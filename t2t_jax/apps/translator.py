@@ -281,7 +281,9 @@ class Translator:
     """log P(target | source) of each given pair, as beam search scores an output
     (scoring.py): a Scored each, in order, with `score` = log P / lp(Y) (α: alpha, default
     config.beam_alpha), `logprob` = log P and each target token's log-probability. A
-    source over max_input_length sub-words is truncated, as translate truncates it."""
+    source over max_input_length sub-words is truncated, as translate truncates it. An empty
+    (or all-space) pair scores 0.0 with no tokens: translate gives an empty line that score,
+    undecoded."""
     arguments.check_sentences(sources, 'sources')
     arguments.check_sentences(targets, 'targets')
     if len(sources) != len(targets):
@@ -296,9 +298,12 @@ class Translator:
       self._scorer = scoring.make_scorer(
           self.decoding_config, self.mesh,
           weights=rules.ensemble_weights(self.config) if self.ensemble else None)
-    return scoring.score_ids(self._scorer, self.decoding_params, src,
-                             self.tokenizer.encode_batch(list(targets)), self.config, self.mesh,
-                             alpha=self.config.beam_alpha if alpha is None else alpha)
+    scored = scoring.score_ids(self._scorer, self.decoding_params, src,
+                               self.tokenizer.encode_batch(list(targets)), self.config, self.mesh,
+                               alpha=self.config.beam_alpha if alpha is None else alpha)
+    decoded = set(nonempty)
+    return [scoring.Scored(0.0, 0.0, []) if i not in decoded and not targets[i].strip() else s
+            for i, s in enumerate(scored)]
 
   def __call__(self, sentences: Sequence[str]) -> list[str]:
     return self.translate(sentences)

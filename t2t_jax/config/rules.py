@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -293,6 +294,42 @@ def validate(config: ml_collections.ConfigDict, mode: str = 'train') -> None:
   _check_across_keys(config)
 
 
+def _check_pack_length(config: ml_collections.ConfigDict) -> None:
+  """A packed row (data/packing.py) holds a pair of config.max_length tokens, fits in one
+  batch's config.tokens_per_batch, and its attention fits a device: checked before anything
+  is allocated, where a wrong value would otherwise drop pairs or fail after a compilation."""
+  pack_length, max_length = config.pack_length, config.max_length
+  if pack_length < max_length:
+    raise errors.UserError(
+        f'config.pack_length: must be ≥ config.max_length ({max_length}) with packed batches, '
+        f'or the pairs longer than a row are left out of training, got {pack_length}; raise '
+        'it, or lower config.max_length')
+  if pack_length > config.tokens_per_batch:
+    raise errors.UserError(
+        f'config.pack_length: must be ≤ config.tokens_per_batch ({config.tokens_per_batch}): a '
+        f'row is part of one batch, got {pack_length}')
+  # The attention weights a device keeps for the backward pass: [rows, h, L, L] float32 for
+  # each of a layer's attentions (encoder, decoder, encoder-decoder: 3N in all).
+  rows = max(1, config.tokens_per_batch // pack_length)
+  rows = -(-rows // (jax.device_count() * config.get('grad_accum_steps', 1)))
+  need = rows * config.model.num_heads * pack_length ** 2 * 4 * 3 * config.model.num_layers
+  have = _device_memory_bytes()
+  if need > have:
+    raise errors.UserError(
+        f'config.pack_length: {pack_length} tokens a row need {need / 2**30:.1f} GiB a device '
+        f'for the attention weights alone ({rows} rows × h × pack_length² × 4 bytes × 3N), '
+        f'more than its {have / 2**30:.1f} GiB; lower it (§5.1\'s sentences: 256)')
+
+
+def _device_memory_bytes() -> int:
+  """One device's memory: what XLA may allocate on a GPU or TPU, the machine's memory on a CPU
+  (whose devices share it)."""
+  stats = jax.local_devices()[0].memory_stats() or {}
+  if 'bytes_limit' in stats:
+    return int(stats['bytes_limit'])
+  return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
+
 def ensemble_weights(config: ml_collections.ConfigDict) -> tuple[float, ...] | None:
   """config.ensemble_weights as weights summing to 1: this run's, then config.ensemble's runs'
   in order; None where none are given (the models' mean). Raises errors.UserError naming the
@@ -406,6 +443,8 @@ def _check_across_keys(config: ml_collections.ConfigDict) -> None:
   if config.batching == 'packed' and config.dataset == 'synthetic':
     raise errors.UserError("config.batching: the synthetic task has no packed form; use "
                            "'buckets' (or 'auto'), or train on text (config.dataset)")
+  if batching_of(config) == 'packed':
+    _check_pack_length(config)
   if config.average_last > config.keep_checkpoints:
     raise errors.UserError(f'config.average_last: must be ≤ config.keep_checkpoints '
                            f'({config.keep_checkpoints}), the checkpoints kept to average '

@@ -178,6 +178,14 @@ def _epoch_plan(cell_i: np.ndarray, cell_j: np.ndarray, grid: np.ndarray,
 # ----------------------------------------------------------------- training
 
 
+class PositionMismatch(errors.UserError):
+  """A saved input-pipeline position made with other data or batching settings."""
+
+  def __init__(self, message: str, batching: str | None):
+    super().__init__(message)
+    self.batching = batching  # how the saved position was batched (None: not recorded)
+
+
 class TrainIterator:
   """Endless process-local training batches, epoch after epoch (§5.1): pipeline.TrainBatches,
   one pair a row; the position (get_state/set_state) restores exactly on any topology."""
@@ -227,8 +235,8 @@ class TrainIterator:
 
   def get_state(self) -> dict[str, Any]:
     """The position: the next batch is batch `batch` of epoch `epoch`."""
-    return {'epoch': self._epoch, 'batch': self._batch,
-            'fingerprint': self.fingerprint, 'plan': _PLAN_VERSION}
+    return {'epoch': self._epoch, 'batch': self._batch, 'fingerprint': self.fingerprint,
+            'plan': _PLAN_VERSION, 'batching': 'packed' if self.packed else 'buckets'}
 
   def set_state(self, state: dict[str, Any]) -> None:
     saved = state.get('fingerprint')
@@ -241,11 +249,14 @@ class TrainIterator:
           'differ and that position cannot be continued exactly. Resume with the version '
           'that made the checkpoint, or start again (--config.restart=True).')
     if saved != self.fingerprint:
-      raise errors.UserError(
+      now = 'packed' if self.packed else 'buckets'
+      batched = (f"; it was batched with config.batching={state['batching']!r}, this run "
+                 f'with {now!r}' if state.get('batching', now) != now else '')
+      raise PositionMismatch(
           'The saved input-pipeline state was made for different data or settings '
-          '(data files, vocabulary, max_length, tokens_per_batch, seed or bucketing), '
-          f'so its position cannot be restored exactly: saved fingerprint {saved}, '
-          f'now {self.fingerprint}.')
+          '(data files, vocabulary, max_length, tokens_per_batch, seed, bucketing or '
+          f'packing){batched}, so its position cannot be restored exactly: saved fingerprint '
+          f'{saved}, now {self.fingerprint}.', state.get('batching'))
     epoch, batch = int(state['epoch']), int(state['batch'])
     if not 0 <= batch < self.plan(epoch).num_batches:
       raise errors.UserError(f'Input-pipeline state {state}: epoch {epoch} has '

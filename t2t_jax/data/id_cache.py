@@ -214,8 +214,9 @@ def _save_atomically(path: str, key: str, write: Callable[[str], None]) -> None:
   tmp = None
   try:
     with writing():
-      os.makedirs(os.path.dirname(path), exist_ok=True)
-      tmp = files.make_temp_dir(os.path.dirname(path))
+      folder = os.path.dirname(path)  # WORKDIR/data_cache
+      files.make_folder(folder, os.path.dirname(folder), 'the data cache')
+      tmp = files.make_temp_dir(folder)
     write(tmp)
     with writing():
       sizes = {f'{name}.npy': os.path.getsize(os.path.join(tmp, f'{name}.npy'))

@@ -221,9 +221,12 @@ class PackedTrainIterator(batching.TrainIterator):
                       self._encoded.offsets)
     self.row = row_lengths((source, target), config.pack_length)
     fits = (source <= self.row[0]) & (target <= self.row[1])
-    logging.info('train: packed rows of %d source and %d target tokens (config.pack_length='
-                 '%d); left out %d pairs too long for a row; kept %d', *self.row,
-                 config.pack_length, (~fits).sum(), fits.sum())
+    left_out = int((~fits).sum())
+    # Not silently: the shorter side's share of a row can be below config.max_length.
+    (logging.warning if left_out else logging.info)(
+        'train: packed rows of %d source and %d target tokens (config.pack_length=%d); left '
+        'out %d pairs too long for a row%s; kept %d', *self.row, config.pack_length, left_out,
+        ' (a longer config.pack_length keeps them)' if left_out else '', fits.sum())
     if not fits.any():
       raise errors.UserError(f'config.pack_length={config.pack_length}: no training pair fits a '
                              f'packed row of {self.row[0]} source and {self.row[1]} target tokens')

@@ -165,7 +165,7 @@ def _train(sample: list[str], vocab_size: int, vocab_dir: str) -> None:
   tmp_dir = None
   try:
     with files.disk_write_errors(vocab_dir, 'the vocabulary'):
-      os.makedirs(vocab_dir, exist_ok=True)
+      files.make_folder(vocab_dir, os.path.dirname(vocab_dir), 'the vocabulary')
       files.sweep_temp_dirs(vocab_dir)
       tmp_dir = files.make_temp_dir(vocab_dir)
     try:

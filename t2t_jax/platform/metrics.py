@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import jax
+from absl import logging
 
 from t2t_jax.platform import files
 
@@ -30,15 +31,16 @@ class MetricWriter:
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.record_writer import RecordWriter
     self._event, self._summary = event_pb2.Event, summary_pb2.Summary
-    events_dir = os.path.join(workdir, 'tensorboard')
-    os.makedirs(events_dir, exist_ok=True)
+    events_dir = files.make_folder(os.path.join(workdir, 'tensorboard'), workdir,
+                                   'TensorBoard events')
     path = os.path.join(workdir, 'metrics.jsonl')
     files.set_aside_torn_tail(path)  # a record cut short by a kill or a full disk
-    self._jsonl = open(path, 'a', encoding='utf-8')
+    self._jsonl = files.open_file(path, 'a', 'the metrics')
     # TensorBoard reads every events.out.tfevents.* file of a folder; one per run of the
     # process, named as TensorBoard's own writer names them.
     name = f'events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}'
-    self._events = RecordWriter(open(os.path.join(events_dir, name), 'ab'))
+    self._events = RecordWriter(files.open_file(os.path.join(events_dir, name), 'ab',
+                                                'TensorBoard events'))
     self._add(self._event(wall_time=time.time(), file_version='brain.Event:2'))
 
   def write(self, step: int, metrics: dict[str, float], prefix: str = '') -> None:
@@ -65,13 +67,19 @@ class MetricWriter:
 def dev_losses(workdir: str) -> dict[int, float]:
   """{step: dev loss} as DIR/metrics.jsonl records them (config.eval_every_steps), the last
   record of a step winning (a resumed run evaluates a step again). A line that is not a
-  whole JSON record (a run killed mid-write) is skipped; no file gives {}."""
+  whole JSON record (a run killed mid-write) is skipped with a warning naming it: the dev loss
+  it may have held is unknown. No file gives {}."""
   losses: dict[int, float] = {}
   path = os.path.join(workdir, 'metrics.jsonl')
   with contextlib.suppress(FileNotFoundError), open(path, encoding='utf-8') as f:
-    for line in f:
-      with contextlib.suppress(ValueError, KeyError, TypeError):  # a training or torn record
+    for number, line in enumerate(f, start=1):
+      try:
         record = json.loads(line)
+      except ValueError:
+        logging.warning('%s:%d is not a whole record (a write cut short); a dev loss it held '
+                        'is unknown, and its step is ranked without one', path, number)
+        continue
+      with contextlib.suppress(KeyError, TypeError, ValueError):  # a training record
         losses[int(record['step'])] = float(record['dev_loss'])
   return losses
 

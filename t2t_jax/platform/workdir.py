@@ -81,8 +81,9 @@ def training_lock(workdir: str) -> Iterator[None]:
 
 
 def _lock(path: str) -> Any:
-  os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-  handle = open(path, 'a+', encoding='utf-8')
+  with files.disk_write_errors(path, 'the training lock (who holds the workdir)'):
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    handle = files.open_file(path, 'a+', 'the training lock')
   try:
     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
@@ -130,7 +131,7 @@ def record_invocation(workdir: str, step: int) -> None:
                            'move it out of the workdir')
   files.set_aside_torn_tail(path)
   with files.disk_write_errors(path, 'the provenance record'):
-    with open(path, 'a', encoding='utf-8') as f:
+    with files.open_file(path, 'a', 'the provenance records') as f:
       f.write(json.dumps(record, sort_keys=True) + '\n')
 
 

@@ -32,6 +32,8 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
   Accumulates in float32 one checkpoint at a time (memory: two copies of the params),
   then casts back to each parameter's dtype. Returns (step, the steps averaged).
   """
+  if jax.process_index() == 0:  # before the checkpoints are read: minutes for a big model
+    files.writable_folder(os.path.join(workdir, AVERAGED), workdir, 'the averaged parameters')
   directory = os.path.join(workdir, CHECKPOINTS)
   steps = checkpoint_steps(workdir)
   if step:
@@ -84,16 +86,22 @@ def _publish_mean(workdir: str, steps: list[int], mean: Any) -> None:
   # removed by the next averaging of that step, or after a day by sweep_temp_dirs.
   tmp = os.path.join(directory, f'.tmp-averaging-{steps[-1]}')
   if jax.process_index() == 0:
-    os.makedirs(directory, exist_ok=True)
+    files.writable_folder(directory, workdir, 'the averaged parameters')
     files.sweep_temp_dirs(directory)
     shutil.rmtree(tmp, ignore_errors=True)
+    # Made here, not by orbax: a folder orbax fails to make leaves its writer threads waiting
+    # for it, and the process would never exit after the error.
+    with files.disk_write_errors(tmp, 'the averaged parameters'):
+      os.mkdir(tmp, files.FOLDER_MODE)
   distributed.sync('t2t_jax_average_start')
   checkpointer = ocp.StandardCheckpointer()
   with files.disk_write_errors(tmp, 'the averaged parameters'):
-    checkpointer.save(os.path.join(os.path.abspath(tmp), 'params'),
-                      jax.tree_util.tree_map(jnp.asarray, mean))
-    checkpointer.wait_until_finished()
-    checkpointer.close()
+    try:
+      checkpointer.save(os.path.join(os.path.abspath(tmp), 'params'),
+                        jax.tree_util.tree_map(jnp.asarray, mean))
+      checkpointer.wait_until_finished()
+    finally:
+      checkpointer.close()
     if jax.process_index() == 0:
       files.write_text(os.path.join(tmp, COVERS), json.dumps({'steps': steps}) + '\n')
       workdir_lib.publish_output(workdir, tmp, f'{AVERAGED}/{steps[-1]}')

@@ -68,7 +68,7 @@ def adopt_vocabulary(config: ml_collections.ConfigDict, init_from: str, workdir:
                              f'than {theirs}; fine-tuning needs the same pieces (use a new '
                              '--workdir, or remove its vocab/ folder)')
     return
-  os.makedirs(os.path.dirname(ours), exist_ok=True)
+  files.make_folder(os.path.dirname(ours), workdir, 'the vocabulary')
   tmp = files.make_temp_dir(os.path.dirname(ours))
   try:
     with files.disk_write_errors(os.path.dirname(ours), 'the vocabulary'):

@@ -36,6 +36,11 @@ ADDED_BATCHING = {'batching': 'buckets', 'pack_length': 256}
 # Keys that act on the invocation that has them (workdir.move_aside, an older checkpoint):
 # a config read back from the workdir has them at their defaults.
 PER_INVOCATION = {'restart': False, 'restore_step': 0}
+# Settings of the machine, not of the run: where compiled programs are cached (JAX loads what
+# it finds there as native code) and whether threads compile ahead. A recorded run may come
+# from someone else, so a recorded value is never used: the invocation's is (the base
+# config's default, or --config.KEY).
+MACHINE_KEYS = {'compilation_cache_dir': '~/.cache/t2t_jax/xla', 'compile_ahead': True}
 
 
 def config_dict(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -109,11 +114,17 @@ def read(workdir: str, overrides: Sequence[str] = (), *, what: str = '',
 
 def from_recorded(recorded: Mapping[str, Any], overrides: Sequence[str],
                   where: str) -> ml_collections.ConfigDict:
-  """The config recorded in `where` (DIR/config.json), with PER_INVOCATION keys reset and
-  `overrides` ('config.beam_size=8', as on the command line) applied, each checked against
-  the recorded run (check_against_recorded)."""
+  """The config recorded in `where` (DIR/config.json), with PER_INVOCATION and MACHINE_KEYS
+  keys reset and `overrides` ('config.beam_size=8', as on the command line) applied, each
+  checked against the recorded run (check_against_recorded)."""
   config = ml_collections.ConfigDict({**ADDED_KEYS, **ADDED_BATCHING, **recorded})
   config.update(PER_INVOCATION)
+  for key, default in MACHINE_KEYS.items():
+    if recorded.get(key, default) != default:
+      logging.warning('%s records %s=%r, a setting of the machine that trained it: this '
+                      'invocation uses %r (--config.%s=... chooses)', where, key, recorded[key],
+                      default, key)
+    config[key] = default
   if isinstance(config.get('model'), ml_collections.ConfigDict):
     for key, value in ADDED_MODEL_KEYS.items():
       if key not in config.model:

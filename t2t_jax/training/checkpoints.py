@@ -71,6 +71,8 @@ class Checkpointer:
     self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINTS))
     self._every_seconds = every_minutes * 60
     self._last_save_time = time.monotonic()
+    if jax.process_index() == 0:  # a real folder in the workdir, not a link out of it
+      files.make_folder(self.directory, os.path.abspath(workdir), 'checkpoints')
     self._remove_torn_writes()
     policies = ocp.checkpoint_managers
     steps = [policies.FixedIntervalPolicy(every_steps)] if every_steps else []
@@ -187,10 +189,12 @@ class Checkpointer:
       except CheckpointMismatch:
         raise
       except Exception as e:  # after retries, any failure to read is "unreadable"
-        if errors.is_permission_refusal(e):  # not corruption: nothing is moved aside
+        denied = files.unreadable(os.path.join(self.directory, str(candidate)))
+        if denied or errors.is_permission_refusal(e):  # not corruption: nothing is moved aside
           raise errors.UserError(
               f'{self.directory}/{candidate}: cannot be read (permission denied: '
-              f'{errors.summary(e)}); give this user read access to the checkpoints') from e
+              f'{denied or errors.summary(e)}); give this user read access to the checkpoints'
+              ) from e
         if step:
           raise errors.UserError(f'config.restore_step={step}: {self.directory}/{step} is '
                                  f'unreadable ({errors.summary(e)})') from e

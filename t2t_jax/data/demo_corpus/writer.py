@@ -59,7 +59,7 @@ def write_corpus(directory: str, *, num_train: int = 50_000, num_dev: int = 1000
             'source_lang': source_lang, 'target_lang': target_lang}
   if _is_current(directory, params, names):
     return prefixes
-  os.makedirs(directory, exist_ok=True)
+  files.make_folder(directory, os.path.dirname(directory), 'the demo corpus')
   checksums = {}
   for split, pairs in split_pairs(num_train, num_dev, num_test, seed).items():
     for lang, side in ((source_lang, 0), (target_lang, 1)):
