@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import pytest
 
 from experiments import wmt_ende_base
-from t2t_jax.decoding import batch_plan
+from t2t_jax.decoding import batch_plan, decode
 from t2t_jax.model import kernels
 from t2t_jax.model.transformer import ModelConfig, Transformer, train_step_flops
 from t2t_jax.platform import mesh as mesh_lib
@@ -143,24 +143,48 @@ def test_the_eval_step_for_accelerators(platform):
   assert 3 * sum(d.flops for d in found) == train_step_flops(c, ROWS, LENGTH, LENGTH)
 
 
+SEARCH_ROWS, SEARCH_LENGTH, SEARCH_EXTRA = 4, 12, 10  # the search's sources, T = 22
+
+
+def search_program(platform: str, dtype: str | None = None) -> str:
+  """The beam search as batch_plan runs it, on one device, for `platform`."""
+  c, config = base_config(platform)
+  c = c.replace(deterministic=True, dtype=dtype or c.dtype)
+  config.decode_extra_length = SEARCH_EXTRA
+  mesh = mesh_lib.make_mesh(jax.devices()[:1])
+  decoder = batch_plan.make_sharded_decoder(c, config, mesh)
+  params = abstract_state(c, optim.make_optimizer(config)).params
+  src = jax.ShapeDtypeStruct((SEARCH_ROWS, SEARCH_LENGTH), jnp.int32)
+  return jax.export.export(decoder, platforms=[platform])(
+      params, src, jax.ShapeDtypeStruct((), jnp.float32)).mlir_module()
+
+
+def cache_layouts(text: str, platform: str) -> dict[str, bool]:
+  """Which layouts of the self-attention cache (model/cache.py) the search program's arrays
+  have, at its cache lengths (16, 22): 'plain' [b, k, T, h, d]; the CPU's keys [b, h, d, k, T]
+  and values [b, h, k, T, d]. (The encoder's keys and values as the CPU stores them, [b, h,
+  d, s], are the shape of the encoder's own attention output before its transpose: the
+  products' names tell those apart.)"""
+  c, config = base_config(platform)
+  b, k, h, d = SEARCH_ROWS, config.beam_size, c.num_heads, c.key_size
+  lengths = decode.segment_lengths(SEARCH_LENGTH + SEARCH_EXTRA)
+  has = lambda *dims: f'tensor<{"x".join(map(str, dims))}x' in text  # noqa: E731
+  return {'plain': all(has(b, k, t, h, d) for t in lengths),
+          'cpu': any(has(b, h, d, k, t) or has(b, h, k, t, d) for t in lengths)}
+
+
 @pytest.mark.parametrize('platform', PLATFORMS)
 def test_the_beam_search_for_accelerators(platform):
-  c, config = base_config(platform)
-  config.decode_extra_length = 10
-  mesh = mesh_lib.make_mesh(jax.devices()[:1])
-  decoder = batch_plan.make_sharded_decoder(c.replace(deterministic=True), config, mesh)
-  params = abstract_state(c, optim.make_optimizer(config)).params
-  src = jax.ShapeDtypeStruct((4, 12), jnp.int32)
-  text = jax.export.export(decoder, platforms=[platform])(
-      params, src, jax.ShapeDtypeStruct((), jnp.float32)).mlir_module()
+  """Also its cache: the plain layout (flax's), none of the CPU's."""
+  text = search_program(platform)
   found = assert_accelerator_forms(text)
   # No host round trip in the loop: a step's cost on a GPU is its kernels alone.
   assert not re.search(r'callback|infeed|outfeed|stablehlo\.(send|recv)', text)
+  # Every attention, the decoder's over its cache and the encoder's keys too, is §3.2.1's
+  # [b, k, h, d] product (the CPU's read [b, h, d, k]: 'bhdk', 'bhdn', and its own key apart).
   assert {d.name.split('/')[-2] for d in found if d.dtypes[2] == 'f32'} == {
-      'bqhd,bkhd->bhqk',  # the encoder's self-attention
-      'bqhd,bhdn->bhqn', 'bqhd,bqhd->bhq',  # the decoder's, over its cache and its own key
-      'bqhd,bhdk->bhqk',  # encoder-decoder attention over the cached encoder keys
-      'btm,vm->btv'}
+      'bqhd,bkhd->bhqk', 'btm,vm->btv'}
+  assert cache_layouts(text, platform) == {'plain': True, 'cpu': False}
 
 
 def test_the_cpu_program_has_the_cpu_forms_these_tests_look_for():
@@ -177,6 +201,9 @@ def test_the_cpu_program_has_the_cpu_forms_these_tests_look_for():
   assert kernels.CPU_SCOPE in text and 'optimization_barrier' in text
   with pytest.raises(AssertionError):
     assert_accelerator_forms(text)
+  search = search_program('cpu', 'bfloat16')
+  assert kernels.CPU_SCOPE in search
+  assert cache_layouts(search, 'cpu') == {'plain': False, 'cpu': True}
 
 
 # ---------------------------------------------------------------- levers (kernels.LEVERS)

@@ -20,7 +20,8 @@ from helpers import (
   trim,
 )
 from t2t_jax.data import synthetic, tokenizer
-from t2t_jax.decoding import decode
+from t2t_jax.decoding import decode, sampling
+from t2t_jax.model import cache as cache_lib
 from t2t_jax.model import kernels
 from t2t_jax.model.transformer import PAD_ID, Transformer
 
@@ -86,10 +87,12 @@ def test_segment_lengths_double_up_to_the_cache_length():
   assert decode.segment_lengths(5) == [5]
 
 
-def test_cached_steps_with_reordering_equal_full_decoding():
+@pytest.mark.parametrize('forms', ['xla', 'cpu'])
+def test_cached_steps_with_reordering_equal_full_decoding(forms):
   """decode_step through the shared cache, with beams re-ranked between steps (only their
-  ancestry reordered), gives the logits of decoding each beam's whole history from scratch."""
-  c, b, k, steps = SMALL, 2, 3, 6
+  ancestry reordered), gives the logits of decoding each beam's whole history from scratch,
+  in either layout of the cache (cache.LAYOUTS)."""
+  c, b, k, steps = SMALL.replace(kernels=forms), 2, 3, 6
   rng = np.random.default_rng(0)
   src = rng.integers(2, c.vocab_size, (b, 5)).astype(np.int32)
   src[1, 3:] = PAD_ID
@@ -98,18 +101,18 @@ def test_cached_steps_with_reordering_equal_full_decoding():
   encoded = jax.jit(functools.partial(Transformer(c).apply, method=Transformer.encode))(
       {'params': params}, src)
   init = jax.jit(decode.init_cache, static_argnames=('max_len', 'beam_size', 'config'))
-  state = decode.CacheState(init(params, encoded, src, steps, beam_size=k, config=c),
-                            np.zeros((b, k, steps), np.int32))
+  state = cache_lib.CacheState(init(params, encoded, src, steps, beam_size=k, config=c),
+                               np.zeros((b, k, steps), np.int32))
   step = jax.jit(decode.decode_step, static_argnames='config')
-  mask_fn = jax.jit(decode.ancestry_mask, static_argnames='length')
-  reorder = jax.jit(decode.reorder_ancestry)
+  mask_fn = jax.jit(cache_lib.ancestry_mask, static_argnames='length')
+  reorder = jax.jit(cache_lib.reorder_ancestry)
   src_k = np.repeat(src, k, axis=0)
   history = np.zeros((b, k, 0), np.int32)  # tokens fed after the start symbol
   for t in range(steps):
     last = history[:, :, -1] if t else np.full((b, k), PAD_ID, np.int32)
     ancestry, mask = mask_fn(state.ancestry, t, length=steps)
     logits, cache = step(params, state.cache, encoded, src, last, beam_mask=mask, config=c)
-    state = decode.CacheState(cache, ancestry)
+    state = cache_lib.CacheState(cache, ancestry)
     targets = padded(list(history.reshape(b * k, t)), steps)  # [b·k, steps]
     full = full_logits_fn(c)(params, src_k, targets)
     np.testing.assert_allclose(logits.reshape(b * k, -1), full[:, t], rtol=1e-5, atol=1e-5)
@@ -122,11 +125,11 @@ def test_cached_steps_with_reordering_equal_full_decoding():
 def test_ancestry_mask_follows_the_parents():
   """After re-ranking, each hypothesis reads the slots its own prefix was written to."""
   ancestry = np.zeros((1, 2, 4), np.int32)
-  ancestry, mask = decode.ancestry_mask(ancestry, 0, 4)  # both beams wrote slot t=0
-  state = decode.reorder_ancestry(decode.CacheState(None, ancestry), np.array([[1, 1]]))
-  ancestry, mask = decode.ancestry_mask(state.ancestry, 1, 4)
-  state = decode.reorder_ancestry(decode.CacheState(None, ancestry), np.array([[1, 0]]))
-  ancestry, mask = decode.ancestry_mask(state.ancestry, 2, 4)
+  ancestry, mask = cache_lib.ancestry_mask(ancestry, 0, 4)  # both beams wrote slot t=0
+  state = cache_lib.reorder_ancestry(cache_lib.CacheState(None, ancestry), np.array([[1, 1]]))
+  ancestry, mask = cache_lib.ancestry_mask(state.ancestry, 1, 4)
+  state = cache_lib.reorder_ancestry(cache_lib.CacheState(None, ancestry), np.array([[1, 0]]))
+  ancestry, mask = cache_lib.ancestry_mask(state.ancestry, 2, 4)
   # Beam 0 descends from step-1 beam 1 (from step-0 beam 1); beam 1 from step-1 beam 0.
   np.testing.assert_array_equal(ancestry[0, :, :3], [[1, 1, 0], [1, 0, 1]])
   np.testing.assert_array_equal(mask[0, 0, :, :3], [[False, False, True], [True, True, False]])
@@ -379,23 +382,30 @@ def test_row_max_and_log_probs_equal_jnp_max_and_log_softmax():
   assert np.isnan(np.delete(ours[0, 0], PAD_ID)).all() and not np.isnan(ours[0, 1]).any()
 
 
-def test_the_decoding_cache_is_not_copied_each_step():
-  """xla.CPU_FLAGS' region-based copy insertion: the loops write each layer's cached keys
-  and values in place, where XLA's default analysis copied them every step (checked in the
-  compiled program: no copy of a full-length cache array; with the analysis off, copies)."""
+@pytest.mark.parametrize('forms', ['cpu', 'xla'])
+def test_the_decoding_cache_is_not_copied_each_step(forms):
+  """The loops write each layer's cached keys and values in place (checked in the compiled
+  program: no copy of a full-length cache array). The 'cpu' layout needs xla.CPU_FLAGS'
+  region-based copy insertion for it: with XLA's default analysis, it is copied every step."""
+  c = SMALL.replace(kernels=forms)
   src = np.array([[5, 6, 7, 1], [4, 1, 0, 0]], np.int32)
-  lowered = decode.beam_search.lower(model_params(SMALL, 0), src, config=SMALL, beam_size=4,
+  lowered = decode.beam_search.lower(model_params(c, 0), src, config=c, beam_size=4,
                                      early_stop=False)
-  length = decode.max_decode_length(src.shape[1], SMALL, 50)
-  h, d = SMALL.num_heads, SMALL.key_size
-  keys = f'f32[2,{h},{d},4,{length}]'  # [b, h, d, k, T]
-  values = f'f32[2,{h},4,{length},{d}]'  # [b, h, k, T, d]
-  copies = lambda text, cache: re.findall(rf'= {re.escape(cache)}\S* copy\(', text)  # noqa: E731
+  length = decode.max_decode_length(src.shape[1], c, 50)
+  h, d = c.num_heads, c.key_size
+  if forms == 'cpu':
+    keys = f'f32[2,{h},{d},4,{length}]'  # [b, h, d, k, T]
+    values = f'f32[2,{h},4,{length},{d}]'  # [b, h, k, T, d]
+  else:
+    keys = values = f'f32[2,4,{length},{h},{d}]'  # [b, k, T, h, d]
+  arrays = lambda text, cache: re.findall(rf'= {re.escape(cache)}\S* (\S+)\(', text)  # noqa: E731
   compiled = lowered.compile().as_text()
-  assert not copies(compiled, keys) and not copies(compiled, values)
-  off = lowered.compile(
-      compiler_options={'xla_cpu_copy_insertion_use_region_analysis': False}).as_text()
-  assert copies(off, keys) and copies(off, values)
+  assert arrays(compiled, keys) and arrays(compiled, values)  # the layout looked for
+  assert 'copy' not in arrays(compiled, keys) + arrays(compiled, values)
+  if forms == 'cpu':
+    off = lowered.compile(
+        compiler_options={'xla_cpu_copy_insertion_use_region_analysis': False}).as_text()
+    assert 'copy' in arrays(off, keys) and 'copy' in arrays(off, values)
 
 
 # n-best: the n best finished hypotheses of each sentence.
@@ -609,3 +619,49 @@ def test_an_ensemble_takes_the_shortest_learned_range_and_checks_its_params():
   with pytest.raises(ValueError, match='one parameter set per model, got 1 for 2'):
     decode.beam_search((model_params(EXACT, 0),), np.ones((1, 3), np.int32),
                        config=(EXACT, EXACT))
+
+
+# The forms (kernels.KERNELS): 'cpu' and the plain 'xla', each with its cache layout
+# (cache.LAYOUTS), search alike; on this CPU only the order of their sums differs.
+
+FORMS_SRC = np.array([[4, 9, 7, 2, 1], [3, 1, 0, 0, 0], [12, 5, 6, 1, 0], [EOS, 0, 0, 0, 0]],
+                     np.int32)
+# how: (seed, arguments). With extra_length 30 the cache grows twice (16, 32, 35); seed 8's
+# outputs run 32 to 35 tokens, seed 6's beam search stops at step 23 of 35.
+FORMS_SEARCHES = {'beam': (8, dict(beam_size=4)), 'n_best': (8, dict(beam_size=4, n_best=3)),
+                  'early_stop': (6, dict(beam_size=4)), 'greedy': (6, dict(beam_size=1)),
+                  'ensemble': (8, dict(beam_size=4)), 'sample': (8, dict(n_samples=3))}
+
+
+def _searched(forms: str, how: str):
+  """(ids, scores, steps) of one search of FORMS_SRC, FORMS_SEARCHES[how], with `forms`."""
+  seed, kwargs = FORMS_SEARCHES[how]
+  c = SMALL.replace(kernels=forms)
+  params = model_params(c, seed, embedding_scale=2.0)
+  if how == 'sample':
+    ids, scores = sampling.sample(params, FORMS_SRC, np.arange(4, dtype=np.int32),
+                                  jax.random.PRNGKey(0), config=c, extra_length=30, **kwargs)
+    return ids, scores, None
+  if how == 'ensemble':
+    other = c.replace(num_layers=1, d_model=8, d_ff=24, num_heads=1)
+    params, c = (params, model_params(other, 9, embedding_scale=2.0)), (c, other)
+  beams = _jit_search(params, FORMS_SRC, config=c, alpha=0.6, extra_length=30, **kwargs)
+  return beams.finished_seq, beams.finished_score, int(beams.step)
+
+
+@pytest.mark.slow  # each case compiles two searches; the fast tier checks both layouts above
+@pytest.mark.parametrize('how', list(FORMS_SEARCHES))
+def test_the_cpu_and_xla_forms_give_the_same_outputs(how):
+  """Beam search, its n best, a search that stops early, greedy search, an ensemble and
+  sampling: the same ids with either forms, the search stopping at the same step, the scores
+  the same up to the order of float32 sums."""
+  (cpu_ids, cpu_scores, cpu_steps), (xla_ids, xla_scores, xla_steps) = (
+      _searched(forms, how) for forms in ('cpu', 'xla'))
+  np.testing.assert_array_equal(cpu_ids, xla_ids)
+  np.testing.assert_allclose(cpu_scores, xla_scores, rtol=REORDERED_F32)
+  assert cpu_steps == xla_steps
+  if how == 'early_stop':
+    assert 16 < cpu_steps < output_limit(FORMS_SRC[0], 30)
+  else:  # outputs that reach the cache's third segment (positions from 32)
+    ids = np.asarray(cpu_ids)
+    assert max(len(trim(row)) for row in ids.reshape(-1, ids.shape[-1])) > 32

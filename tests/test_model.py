@@ -141,9 +141,11 @@ def test_embedding_is_shared_and_scaled():
                              rtol=1e-5, atol=1e-5)
 
 
-def test_decode_with_cache_equals_full_decoding():
-  """Feeding the targets one position at a time through the cache gives the full logits."""
-  c = TINY.replace(num_layers=3)
+@pytest.mark.parametrize('forms', ['xla', 'cpu'])
+def test_decode_with_cache_equals_full_decoding(forms):
+  """Feeding the targets one position at a time through the cache gives the full logits, in
+  either layout of the cache (cache.LAYOUTS), also with d_k ≠ d_v."""
+  c = TINY.replace(num_layers=3, kernels=forms)
   rng = np.random.default_rng(4)
   src = rng.integers(3, c.vocab_size, (2, 7))
   src[1, 5:] = 0

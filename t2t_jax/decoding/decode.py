@@ -10,7 +10,7 @@ the k beams of each sentence, takes the top 2·beam of the [batch, beam·vocab] 
 keeps the best `beam` that do not end in EOS as live, and merges those that do into the n
 best finished hypotheses. The beams of a sentence share one cache, which re-ranking never
 moves: each beam's ancestry is reordered instead, and masks its self-attention
-(CacheState). Steps run in one `lax.while_loop` per cache length (16, 32, 64, ..., T),
+(model/cache.py). Steps run in one `lax.while_loop` per cache length (16, 32, 64, ..., T),
 since attending over a cache costs in proportion to its length.
 
 Choices and deviations (the paper leaves them open):
@@ -49,11 +49,12 @@ import numpy as np
 from jax import lax
 
 from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
+from t2t_jax.model import cache as cache_lib
 from t2t_jax.model import kernels
 from t2t_jax.model.transformer import ModelConfig, Transformer
 
 Array = jax.Array
-Cache = Any  # the model's 'cache' collection, a nested dict of arrays
+Cache = cache_lib.Cache
 # (carry, live seqs [b, k, T+1], step, segment length) -> (float32 log P(next) [b, k, v], carry)
 StepFn = Callable[[Any, Array, Array, int], tuple[Array, Any]]
 Ensemble = tuple[ModelConfig, ...]  # several models decoded as one (the module docstring)
@@ -68,7 +69,7 @@ class Beams(NamedTuple):
   live_logprobs: Array  # [b, k] log P of each live prefix, sorted best first; -inf = empty
   finished_seq: Array  # [b, n, T+1] the n best finished hypotheses (EOS, then 0s), see search
   finished_score: Array  # [b, n] their log P / lp, best first; -inf (and 0s) until filled
-  carry: Any  # the step function's state: a CacheState (cache and ancestry), or None
+  carry: Any  # the step function's state: a cache_lib.CacheState, or None
 
 
 def length_penalty(length: Array | int, alpha: float | Array) -> Array:
@@ -109,44 +110,11 @@ def init_cache(params: Any, encoded: Array, src: Array, max_len: int, *, beam_si
 def decode_step(params: Any, cache: Cache, encoded: Array, src: Array, ids: Array, *,
                 beam_mask: Array | None = None, config: ModelConfig) -> tuple[Array, Cache]:
   """One incremental decoder step: ids [b, k] (each hypothesis's previous token) -> logits
-  [b, k, v], cache. beam_mask [b, k, k, T]: see `ancestry_mask` (None: no re-ranking)."""
+  [b, k, v], cache. beam_mask [b, k, k, T]: cache_lib.ancestry_mask's (None: no re-ranking)."""
   dec = Transformer(config.replace(decode=True, deterministic=True))
   logits, variables = dec.apply({'params': params, 'cache': cache}, encoded, src, ids,
                                 beam_mask=beam_mask, method=Transformer.decode, mutable=['cache'])
   return logits, variables['cache']
-
-
-class CacheState(NamedTuple):
-  """The cached search's carry: the cache, never reordered, and `ancestry` [b, k, T], the
-  beam slot j of each position t of each live prefix (cache slot (j, t): beam j's at t)."""
-  cache: Cache
-  ancestry: Array
-
-
-def ancestry_mask(ancestry: Array, step: Array, length: int) -> tuple[Array, Array]:
-  """Marks that this step's keys/values go to each beam's own slot; returns the updated
-  ancestry [b, k, T] and the mask [b, k, k, length] of the slots each hypothesis reads."""
-  b, k, _ = ancestry.shape
-  own = jnp.broadcast_to(jnp.arange(k, dtype=ancestry.dtype)[None, :, None], (b, k, 1))
-  ancestry = lax.dynamic_update_slice_in_dim(ancestry, own, step, axis=2)
-  mask = ancestry[:, :, None, :length] == jnp.arange(k)[None, None, :, None]  # [b, k, k, T]
-  return ancestry, mask
-
-
-def reorder_ancestry(state: CacheState, parents: Array) -> CacheState:
-  """parents [b, k]: the old beam of each new beam; each inherits its parent's prefix."""
-  return state._replace(ancestry=jnp.take_along_axis(state.ancestry, parents[:, :, None], axis=1))
-
-
-def grow_cache(cache: Cache, shapes: Cache) -> Cache:
-  """Zero-pads the self-attention keys/values at the end to their `shapes` (a longer cache of
-  the same batch, from jax.eval_shape); the model masks the positions not yet written."""
-  def grow(path: tuple, x: Array, shape: jax.ShapeDtypeStruct) -> Array:
-    name = getattr(path[-1], 'key', None)  # the leaf's key in the cache's dicts
-    if name not in ('cached_key', 'cached_value') or x.shape == shape.shape:
-      return x
-    return jnp.pad(x, [(0, new - old) for old, new in zip(x.shape, shape.shape, strict=True)])
-  return jax.tree_util.tree_map_with_path(grow, cache, shapes)
 
 
 def segment_lengths(max_len: int, first: int = 16) -> list[int]:
@@ -268,23 +236,25 @@ class Steps(NamedTuple):
 def _cached_steps(params: Any, encoded: Array, src: Array, lengths: list[int],
                   config: ModelConfig, beam_size: int) -> Steps:
   """Incremental decoding: the newest token of each beam through the cache all beams of a
-  sentence share (CacheState), lengths[0] positions at first, grown whatever its layout."""
+  sentence share (cache_lib.CacheState), lengths[0] positions at first, grown whatever its
+  layout."""
   new_cache = functools.partial(init_cache, beam_size=beam_size, config=config)
 
-  def grow(state: CacheState, length: int) -> CacheState:
+  def grow(state: cache_lib.CacheState, length: int) -> cache_lib.CacheState:
     shapes = jax.eval_shape(functools.partial(new_cache, max_len=length), params, encoded, src)
-    return state._replace(cache=grow_cache(state.cache, shapes))
+    return state._replace(cache=cache_lib.grow_cache(state.cache, shapes))
 
-  def step(state: CacheState, seqs: Array, t: Array, length: int) -> tuple[Array, CacheState]:
-    ancestry, mask = ancestry_mask(state.ancestry, t, length)
+  def step(state: cache_lib.CacheState, seqs: Array, t: Array, length: int,
+           ) -> tuple[Array, cache_lib.CacheState]:
+    ancestry, mask = cache_lib.ancestry_mask(state.ancestry, t, length)
     ids = lax.dynamic_index_in_dim(seqs, t, axis=2, keepdims=False)  # [b, k]
     logits, cache = decode_step(params, state.cache, encoded, src, ids, beam_mask=mask,
                                 config=config)  # [b, k, v]
-    return log_softmax(logits, config.forms.row_max), CacheState(cache, ancestry)
+    return log_softmax(logits, config.forms.row_max), cache_lib.CacheState(cache, ancestry)
 
   ancestry = jnp.zeros((src.shape[0], beam_size, lengths[-1]), jnp.int32)  # [b, k, T]
-  state = CacheState(new_cache(params, encoded, src, lengths[0]), ancestry)
-  return Steps(step, state, grow, reorder_ancestry)
+  state = cache_lib.CacheState(new_cache(params, encoded, src, lengths[0]), ancestry)
+  return Steps(step, state, grow, cache_lib.reorder_ancestry)
 
 
 def _uncached_steps(params: Any, encoded: Array, src: Array, lengths: list[int],

@@ -1,14 +1,16 @@
 """Hardware forms: the computations written differently for one backend's speed, in one place.
 
-The model (transformer.py) and the beam search (decode.py) take each form from the `Kernels`
-that config.model.kernels names (rules.kernel_forms: 'auto' is 'cpu' on a CPU, else 'xla'):
+The model (transformer.py, cache.py) and the beam search (decode.py) take each form from the
+`Kernels` that config.model.kernels names (rules.kernel_forms: 'auto' is 'cpu' on a CPU, else
+'xla'):
 
   'xla'  the plain forms: flax's own dot_general, threefry dropout bits (as flax's
-         nn.Dropout), the tied logits as one einsum, jnp.max and lax.top_k; GPU and TPU
-         compilers choose their own kernels for these.
+         nn.Dropout), the tied logits as one einsum, jnp.max and lax.top_k, the decoding
+         cache as flax's ([b, T, h, d]); GPU and TPU compilers choose their own kernels and
+         layouts for these.
   'cpu'  the forms XLA:CPU runs fastest (`flat_dot_general`, `cpu_tied_logits`, `hash_bits`,
-         `row_max`, `block_top_k`); their `optimization_barrier`s keep XLA from undoing the
-         chosen layouts. What each saves: docs/performance.md.
+         `row_max`, `block_top_k`, cache.py's 'cpu' layout); their `optimization_barrier`s
+         keep XLA from undoing the chosen layouts. What each saves: docs/performance.md.
 
 Both give the same numbers up to summation order, except dropout: 'cpu' draws its masks
 from another random stream (the same Bernoulli(1 - P_drop) distribution). A CPU form is
@@ -263,11 +265,13 @@ class Kernels:
   # (query, key, value, mask) -> attention's output, or None where it does not serve; None:
   # always the model's own softmax(QKᵀ/√d_k)V.
   attention: Callable[..., Array | None] | None = None
+  cache: str = 'plain'  # the decoding key/value cache's layout (cache.py LAYOUTS)
 
 
 KERNELS = {
     'xla': Kernels('xla', None, xla_bits, xla_tied_logits, xla_row_max, lax.top_k),
-    'cpu': Kernels('cpu', flat_dot_general, hash_bits, cpu_tied_logits, row_max, block_top_k),
+    'cpu': Kernels('cpu', flat_dot_general, hash_bits, cpu_tied_logits, row_max, block_top_k,
+                   cache='cpu'),
 }
 
 

@@ -14,8 +14,8 @@ Choices the paper leaves open (the first and third as in tensor2tensor):
     computed into float32 (kernels.einsum_f32) and every softmax runs in float32: a
     37000-way softmax over bf16-rounded logits is bf16's largest fidelity risk.
 
-Hardware forms (dense-layer products, dropout bits, the tied logits) come from
-`kernels.get(config.kernels)`; with config.kernels='xla' this file is plain flax and einsum.
+Hardware forms come from `kernels.get(config.kernels)`, the decoding cache (the keys and values
+of earlier positions) from cache.py; with config.kernels='xla' this file is plain flax and einsum.
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from t2t_jax.config import rules
 
 # Padding (0), defined with the vocabulary, is the decoder's start symbol too (§3.1, shift_right).
 from t2t_jax.data.tokenizer import PAD_ID
+from t2t_jax.model import cache as cache_lib
 from t2t_jax.model import kernels
 
 Array = jax.Array
@@ -124,44 +125,17 @@ def shift_right(targets: Array, positions: Array | None = None) -> Array:
   return shifted if positions is None else jnp.where(positions == 0, PAD_ID, shifted)
 
 
-def scaled_dot_product_attention(query: Array, key: Array, value: Array, mask: Array | None,
-                                 *, kv_layout: str = 'bkhd') -> tuple[Array, Array]:
-  """Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, §3.2.1, Figure 2 (left).
-
-  query [b, q, h, d_k], key [b, k, h, d_k], value [b, k, h, d_v], mask broadcastable to
-  [b, h, q, k] (True = may attend) -> ([b, q, h, d_v], float32 weights [b, h, q, k]).
-  `kv_layout='bhdk'`: key [b, h, d_k, k] and value [b, h, d_v, k], the cross-attention
-  cache's layout, which XLA:CPU's dot reads fastest for a few queries.
-  """
+def scaled_dot_product_attention(query: Array, key: Array, value: Array,
+                                 mask: Array | None) -> tuple[Array, Array]:
+  """Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, §3.2.1, Figure 2 (left): query [b, q, h, d_k],
+  key [b, k, h, d_k], value [b, k, h, d_v], mask broadcastable to [b, h, q, k] (True = may
+  attend) -> ([b, q, h, d_v], float32 weights [b, h, q, k])."""
   scale = np.sqrt(query.shape[-1]).astype(np.float32)  # √d_k
-  logits = kernels.einsum_f32(f'bqhd,{kv_layout}->bhqk', query, key) / scale
+  logits = kernels.einsum_f32('bqhd,bkhd->bhqk', query, key) / scale
   if mask is not None:
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
   weights = jax.nn.softmax(logits, axis=-1)
-  out = jnp.einsum(f'bhqk,{kv_layout}->bqhd', weights.astype(value.dtype), value)
-  return out, weights
-
-
-def cached_attention(query: Array, key: Array, value: Array, cached_key: Array,
-                     cached_value: Array, cache_mask: Array) -> tuple[Array, Array]:
-  """Scaled dot-product attention (§3.2.1) of one decoding step over the n cached slots that
-  cache_mask [b, 1, q, n] allows and the step's own position.
-
-  query/key/value [b, q, h, d], one row per hypothesis; cached_key [b, h, d, n] and
-  cached_value [b, h, n, d], the layouts XLA:CPU's dots read fastest (docs/performance.md).
-  The cache is only read, never concatenated with the new key, so that XLA can write that
-  into it in place (xla.CPU_FLAGS). Returns ([b, q, h, d_v], weights [b, h, q, n + 1], own
-  position last).
-  """
-  scale = 1 / np.sqrt(query.shape[-1]).astype(np.float32)
-  old = kernels.einsum_f32('bqhd,bhdn->bhqn', query, cached_key) * scale  # [b, h, q, n]
-  old = jnp.where(cache_mask, old, jnp.finfo(jnp.float32).min)
-  own = kernels.einsum_f32('bqhd,bqhd->bhq', query, key)[..., None] * scale  # [b, h, q, 1]
-  weights = jax.nn.softmax(jnp.concatenate([old, own], axis=-1), axis=-1).astype(value.dtype)
-  # Written [b, h, q, d], then transposed: XLA:CPU's dot is much slower writing [b, q, h, d].
-  from_cache = jnp.einsum('bhqn,bhnd->bhqd', weights[..., :-1], cached_value)  # [b, h, q, d_v]
-  from_own = jnp.einsum('bhq,bqhd->bqhd', weights[..., -1], value)  # [b, q, h, d_v]
-  out = jnp.transpose(from_cache, (0, 2, 1, 3)) + from_own  # [b, q, h, d_v]
+  out = jnp.einsum('bhqk,bkhd->bqhd', weights.astype(value.dtype), value)
   return out, weights
 
 
@@ -201,17 +175,12 @@ class MultiHeadAttention(nn.Module):
     query = dense((c.num_heads, c.key_size), 'query')(inputs_q)  # [b, q, h, d_k]
     key_proj = dense((c.num_heads, c.key_size), 'key')
     value_proj = dense((c.num_heads, c.value_size), 'value')
-    if c.decode and self.cache == 'cross':  # projected once, when the cache is created
-      to_bhds = lambda x: jnp.transpose(x, (0, 2, 3, 1))  # noqa: E731  [b, s, h, d] -> [b, h, d, s]
-      key = self.variable('cache', 'cross_key', lambda: to_bhds(key_proj(inputs_kv))).value
-      value = self.variable('cache', 'cross_value', lambda: to_bhds(value_proj(inputs_kv))).value
-      out, weights = scaled_dot_product_attention(query, key, value, mask, kv_layout='bhdk')
+    project = lambda: (key_proj(inputs_kv), value_proj(inputs_kv))  # noqa: E731  [b, k, h, d]
+    if c.decode and self.cache:  # one position a step, the earlier ones' from the cache
+      out, weights = cache_lib.attend(self, c.forms.cache, self.cache, query, project, mask,
+                                      self._attention, length=self.cache_length)
     else:
-      key, value = key_proj(inputs_kv), value_proj(inputs_kv)  # [b, k, h, d_k], [b, k, h, d_v]
-      if c.decode and self.cache == 'self':
-        out, weights = self._cached_self_attention(query, key, value, mask)
-      else:
-        out, weights = self._attention(query, key, value, mask)
+      out, weights = self._attention(query, *project(), mask)
     if weights is not None:
       self.sow('intermediates', 'attention_weights', weights)
     return dense(c.d_model, 'out', axis=(-2, -1))(out)
@@ -226,37 +195,6 @@ class MultiHeadAttention(nn.Module):
       if out is not None:
         return out, None
     return scaled_dot_product_attention(query, key, value, mask)
-
-  def _cached_self_attention(self, query: Array, key: Array, value: Array,
-                             mask: Array | None) -> tuple[Array, Array]:
-    """One decoding step of self-attention: query/key/value [b, k, h, d], k hypotheses.
-
-    Cache slot (j, t), of keys [b, h, d, k, T] and values [b, h, k, T, d], is what hypothesis
-    j wrote at step t; `mask`: Transformer.decode's beam_mask, slots from the index on hidden.
-    A call with `cache_length` creates the cache (zeros) and writes nothing.
-    """
-    (b, k, h, d_k), d_v = key.shape, value.shape[-1]
-    T = self.cache_length  # None once the cache exists: only its creation reads it
-    creating = not self.has_variable('cache', 'cached_key')
-    cached_key = self.variable('cache', 'cached_key', jnp.zeros, (b, h, d_k, k, T), key.dtype)
-    cached_value = self.variable('cache', 'cached_value', jnp.zeros, (b, h, k, T, d_v),
-                                 value.dtype)
-    index = self.variable('cache', 'index', lambda: jnp.array(0, jnp.int32))
-    i, length = index.value, cached_key.value.shape[-1]  # T
-    if mask is None:
-      mask = jnp.eye(k, dtype=bool)[None, :, :, None]  # [1, k, k, 1]
-    mask = jnp.broadcast_to(mask & (jnp.arange(length) < i), (b, k, k, length))
-    out, weights = cached_attention(
-        query, key, value, cached_key.value.reshape(b, h, d_k, k * length),
-        cached_value.value.reshape(b, h, k * length, d_v), mask.reshape(b, 1, k, k * length))
-    if not creating:
-      new_key = jnp.transpose(key, (0, 2, 3, 1))[..., None]  # [b, h, d, k, 1]
-      new_value = jnp.transpose(value, (0, 2, 1, 3))[:, :, :, None]  # [b, h, k, 1, d]
-      cached_key.value = jax.lax.dynamic_update_slice_in_dim(cached_key.value, new_key, i, axis=4)
-      cached_value.value = jax.lax.dynamic_update_slice_in_dim(cached_value.value, new_value, i,
-                                                               axis=3)
-      index.value = i + 1
-    return out, weights
 
 
 class FeedForward(nn.Module):
