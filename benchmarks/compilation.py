@@ -140,7 +140,7 @@ def waits_child(config_name: str, corpus: str, steps: int, threads: int, workdir
   """In a fresh process: train `steps` steps with compile-ahead on `threads` threads (0: off)."""
   from absl import logging  # in the child only
 
-  from t2t_jax import trainer
+  from t2t_jax.modes import train as trainer
   from t2t_jax.platform import ahead
   logging.set_verbosity(logging.INFO)  # the log's last lines give the waits
   config = make_config(argparse.Namespace(config=config_name, corpus=corpus, band=2,

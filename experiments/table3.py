@@ -2,7 +2,7 @@
 
 Pick a row through the config-string argument:
   --config=experiments/table3.py:B_dk16
-or train and evaluate many rows, and tabulate them beside the paper's (t2t_jax/study.py):
+or train and evaluate many rows, and tabulate them beside the paper's (t2t_jax/modes/study.py):
   --config=experiments/table3.py --mode=study --rows=A_h1,A_h4
 Rows leave everything else at "base"; blank cells of Table 3 mean "as base" (its caption:
 "Unlisted values are identical to those of the base model").

@@ -71,7 +71,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.label_smoothing = 0.1  # ε_ls, §5.4
   config.num_train_steps = 100_000  # §5.2
   # > 0: also stop (checkpoint, evaluate) after this many minutes of training, counted over
-  # the run's resumes as num_train_steps is (trainer.TrainingClock)
+  # the run's resumes as num_train_steps is (modes/train.py TrainingClock)
   config.train_minutes = 0.0
   config.warmup_steps = 4000  # §5.3
   config.adam_beta1 = 0.9  # §5.3

@@ -17,6 +17,6 @@ __all__ = ['Hypothesis', 'Translator']
 
 def __getattr__(name: str) -> Any:
   if name in __all__:
-    from t2t_jax.apps import translator
+    from t2t_jax.apps import translator  # noqa: PLC0415 (the public names load on first use)
     return getattr(translator, name)
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

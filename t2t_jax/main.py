@@ -1,16 +1,19 @@
 """Command line: `t2t-jax --config=FILE --workdir=DIR [--mode=MODE]` (the same as
-`python -m t2t_jax.main ...` and `python -m t2t_jax ...`): parses flags and dispatches to the
-module of each mode. `--mode=help` lists every --config.KEY with its value and what it does.
+`python -m t2t_jax.main ...` and `python -m t2t_jax ...`): parses the flags (cli.py), checks
+the config, and runs the mode's module (MODES); `--help` lists the modes.
 """
 from __future__ import annotations
 
 if __name__ == '__main__':
+  import sys
+
+  from t2t_jax import cli
+  cli.exit_if_help(sys.argv)  # before anything heavy is imported
   # Before anything else is imported: this may run the command again with glibc's huge pages
   # for XLA's buffers, saving most of a CPU train step's page faults (hugepages.py).
   from t2t_jax.platform import hugepages
   hugepages.reexec()
 
-import json
 import os
 import sys
 
@@ -18,56 +21,22 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from t2t_jax import study, trainer, translate_command
-from t2t_jax.apps import attention_maps, evaluate, export
-from t2t_jax.config import command_line, key_help, loading, rules
-from t2t_jax.model.transformer import ModelConfig, init_param_count
+from t2t_jax import cli
+from t2t_jax.config import command_line, rules, uses
+from t2t_jax.config.modes import RECORDED_MODES
+from t2t_jax.modes import attention, average, export, params, score, study, train, translate
+from t2t_jax.modes import eval as eval_mode
+from t2t_jax.modes import help as help_mode
 from t2t_jax.platform import distributed, errors, quiet, xla
 from t2t_jax.platform import workdir as workdir_lib
-from t2t_jax.run import averaging
 from t2t_jax.run import recorded as recorded_lib
 from t2t_jax.training import checkpoints
 
-config_flags.DEFINE_config_file('config', None, 'Experiment config file, e.g. experiments/'
-                                'wmt_ende_base.py (or table3.py:ROW). Needed to train and for '
-                                'study; other modes read the run recorded in the workdir '
-                                '(DIR/config.json) when it is absent.', lock_config=True)
-flags.DEFINE_string('workdir', None, 'Directory for checkpoints, vocabulary and metrics.')
-flags.DEFINE_enum('mode', 'train', rules.MODES, 'What to do.')
-flags.DEFINE_bool('distributed', False, 'Call jax.distributed.initialize() first (multi-host '
-                  'runs: TPU pods, Slurm, or JAX_COORDINATOR_ADDRESS and friends set).')
-flags.DEFINE_integer('distributed_start_timeout', 300, 'With --distributed: seconds to wait for '
-                     'every process to connect before stopping with their names.', lower_bound=1)
-flags.DEFINE_integer('distributed_timeout', 60, 'With --distributed: seconds without a '
-                     'heartbeat from a process after which the others stop (it died).')
-flags.DEFINE_string('input', None, 'translate and score: a file of sentences, one a line, or - '
-                    'for stdin. attention: the sentence itself.')
-flags.DEFINE_string('reference', None, "score: the file of translations to score, line i that "
-                    "of --input's line i.")
-flags.DEFINE_bool('per_token', False, "score: also each line's log P and its tokens' "
-                  'log-probabilities (SCORE ||| LOGPROB ||| t1 t2 ...).')
-flags.DEFINE_string('output', None, 'translate and score: the output file (default: stdout). '
-                    'attention: the folder for the PNGs (default: WORKDIR/attention). export: '
-                    'the Hugging Face MarianMT folder to write (new or empty).')
-flags.DEFINE_integer('n_best', None, 'translate: write the K best translations of each line, as '
-                     'lines `LINE ||| TRANSLATION ||| SCORE` (LINE counted from 0, best first; '
-                     'K ≤ config.beam_size), or K samples with config.decode_method=sample.',
-                     lower_bound=1)
-flags.DEFINE_integer('stream_lines', 16, 'translate --input=-: a batch of at most this many lines '
-                     "(typed ones) is decoded in small shapes compiled ahead; more (a pipe's), "
-                     'length-sorted as a file is.', lower_bound=1)
-flags.DEFINE_float('stream_wait', 0.1, 'translate --input=-: seconds a batch takes the lines that '
-                   'arrive after its first one.', lower_bound=0)
-flags.DEFINE_list('layers', None, 'attention: the layers to plot, e.g. 0,5 (default: all).')
-flags.DEFINE_list('rows', None, 'study: the rows of the study file (experiments/table3.py) to '
-                  'train and evaluate, e.g. A_h1,A_h4,B_dk16 (default: every row).')
-flags.DEFINE_bool('traceback', False, 'Show the full traceback of an error.')
-FLAGS = flags.FLAGS
-# Modes that use a trained run: without --config they read the config it recorded.
-RECORDED_MODES = ('average', 'translate', 'score', 'eval', 'attention', 'export')
-# --config.KEY=VALUE overrides of the recorded config (no --config): absl knows them only as a
-# --config file's, so parse_flags takes them out first, anew for each command of a process.
-_recorded_overrides: list[str] = []
+# Each mode's module (t2t_jax/modes/): run(config, workdir) -> the line the command ends with.
+MODES = {'train': train, 'average': average, 'eval': eval_mode, 'translate': translate,
+         'score': score, 'attention': attention, 'export': export, 'params': params,
+         'study': study, 'help': help_mode}
+FLAGS = cli.FLAGS
 
 
 def main(argv: list[str]) -> None:
@@ -85,7 +54,7 @@ def main(argv: list[str]) -> None:
     logging.flush()
     sys.stderr.flush()
     os._exit(128 + 13)
-  except trainer.StoppedBySignal as e:
+  except train.StoppedBySignal as e:
     # Saved, but not finished: a non-zero status tells schedulers and loops to run it again.
     print(f't2t_jax: {e}', file=sys.stderr)
     sys.exit(e.exit_status)
@@ -107,8 +76,9 @@ def _dispatch() -> None:
   if FLAGS.distributed:  # before anything starts a JAX backend (dtype 'auto' may)
     distributed.initialize(heartbeat_timeout_s=FLAGS.distributed_timeout,
                            start_timeout_s=FLAGS.distributed_start_timeout)
-  if FLAGS.mode == 'help':
-    print(_key_help(), end='')
+  mode = MODES[FLAGS.mode]
+  if FLAGS.mode == 'help':  # the keys, of whatever config is at hand: nothing to check
+    print(mode.run(FLAGS.config, FLAGS.workdir), end='')
     return
   if FLAGS.rows is not None and FLAGS.mode != 'study':
     raise errors.UserError(f'--rows: only --mode=study has rows, not --mode={FLAGS.mode}')
@@ -117,76 +87,21 @@ def _dispatch() -> None:
                            '--rows out for every row')
   config = _config()
   rules.validate(config, FLAGS.mode)  # every mode: a bad value fails before work
-  if FLAGS.mode == 'params':
-    print(f'params: {init_param_count(ModelConfig.from_config(config))}')
-    return
-  xla.enable_compilation_cache(config.compilation_cache_dir)
-  mode, workdir = FLAGS.mode, FLAGS.workdir
-  if mode == 'average':
-    step, steps = averaging.average_checkpoints(
-        workdir, config.average_last, allow_fewer=config.average_allow_fewer,
-        step=config.restore_step, best=config.average_select == 'best')
-    print(f'averaged checkpoints {steps} into {workdir}/averaged/{step}')
-  elif mode == 'eval':
-    print(json.dumps(evaluate.run_eval(config, workdir), indent=2))
-  elif mode == 'translate':
-    if FLAGS.input is None:
-      raise errors.UserError('--mode=translate needs --input=FILE (or - for stdin)')
-    translate_command.run_translate(config, workdir, FLAGS.input, FLAGS.output,
-                                    n_best=FLAGS.n_best, stream_lines=FLAGS.stream_lines,
-                                    stream_wait_s=FLAGS.stream_wait)
-  elif mode == 'score':
-    if FLAGS.input is None or FLAGS.reference is None:
-      raise errors.UserError('--mode=score needs --input=FILE (the sources) and --reference=FILE '
-                             '(their translations, line for line)')
-    translate_command.run_score(config, workdir, FLAGS.input, FLAGS.reference, FLAGS.output,
-                                per_token=FLAGS.per_token)
-  elif mode == 'export':
-    if FLAGS.output is None:
-      raise errors.UserError('--mode=export needs --output=DIR (the Hugging Face folder to write)')
-    export.run_export(config, workdir, FLAGS.output)
-    print(f'exported {workdir} to {FLAGS.output} (transformers.MarianMTModel)')
-  elif mode == 'attention':
-    if FLAGS.input is None:
-      raise errors.UserError('--mode=attention needs --input="a sentence"')
-    print('\n'.join(attention_maps.run(config, workdir, FLAGS.input, FLAGS.output,
-                                       layers=FLAGS.layers)))
-  elif mode == 'study':
-    _study()
-  else:
-    logging.info('Config:\n%s', config)
-    trainer.train_and_evaluate(config, workdir)
+  uses.check_overrides_used(config, FLAGS.mode, _overridden(), rules.batching_of(config),
+                            check_mode=FLAGS.config is None)
+  if FLAGS.mode != 'params':
+    xla.enable_compilation_cache(config.compilation_cache_dir)
+  line = mode.run(config, FLAGS.workdir)
+  if line:
+    print(line)
 
 
-def _key_help() -> str:
-  """--mode=help's text: the keys of --config, else of the run recorded in --workdir (with the
-  --config.* overrides given), else of the base config, each with its config file's comment."""
-  files = [key_help.BASE]
+def _overridden() -> list[str]:
+  """The config keys given on the command line ('beam_size', 'model.d_ff')."""
   if FLAGS.config is not None:
-    files.append(config_flags.get_config_filename(FLAGS['config']).partition(':')[0])
-    config = FLAGS.config
-  elif FLAGS.workdir and (recorded := recorded_lib.load_config(FLAGS.workdir)) is not None:
-    where = os.path.join(FLAGS.workdir, workdir_lib.CONFIG)
-    config = recorded_lib.from_recorded(recorded, _recorded_overrides, where)
-  else:
-    config = loading.load_module(key_help.BASE, 't2t_jax_config_base').get_config()
-    if FLAGS.workdir:  # not silently: the user asked about a run
-      where = os.path.join(FLAGS.workdir, workdir_lib.CONFIG)
-      return (f'{where}: no recorded run there, so these are the defaults of {key_help.BASE} '
-              '(pass --config=FILE, or the --workdir of a trained run)\n\n'
-              + key_help.describe(config, tuple(files)))
-  return key_help.describe(config, tuple(files))
-
-
-def _study() -> None:
-  """--mode=study: the --config file's rows (--rows), each with every --config.* override."""
-  study_file, colon, row = config_flags.get_config_filename(FLAGS['config']).partition(':')
-  if colon:
-    raise errors.UserError(f'--config={study_file}:{row}: --mode=study takes its rows from '
-                           f'--rows (--config={study_file} --rows={row})')
-  study.run_study(study_file, FLAGS.rows, config_flags.get_override_values(FLAGS['config']),
-                  FLAGS.workdir)
-  print(f'wrote {FLAGS.workdir}/{study.TABLE_MD}, {study.TABLE_JSON} and {study.TABLE_PNG}')
+    return list(config_flags.get_override_values(FLAGS['config']))
+  return [override.partition('=')[0].removeprefix('config.')
+          for override in cli.RECORDED_OVERRIDES]
 
 
 def _config() -> ml_collections.ConfigDict:
@@ -210,16 +125,18 @@ def _config() -> ml_collections.ConfigDict:
     raise errors.UserError(f'{where}: no recorded run there (training records it); pass '
                            '--config=FILE, or point --workdir at a trained run')
   logging.info('Config: the run recorded in %s', where)
-  return recorded_lib.from_recorded(recorded, _recorded_overrides, where)
+  return recorded_lib.from_recorded(recorded, cli.RECORDED_OVERRIDES, where)
 
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing, except that a --config file, Table 3 row or --config.KEY that does not
   exist is one line naming the nearest valid names, not a traceback (--traceback: it is).
-  `argv` is sys.argv, as app.run passes it: ml_collections reads overrides from there."""
-  _recorded_overrides.clear()
+  `argv` is sys.argv, as app.run passes it: ml_collections reads overrides from there.
+  `--help` prints cli.usage() and exits 0."""
+  cli.exit_if_help(argv)
+  cli.RECORDED_OVERRIDES.clear()
   if not any(arg.split('=', 1)[0] in ('--config', '-config') for arg in argv[1:]):
-    _recorded_overrides.extend(_as_override(arg) for arg in argv if _is_override(arg))
+    cli.RECORDED_OVERRIDES.extend(_as_override(arg) for arg in argv if _is_override(arg))
     argv = [arg for arg in argv if not _is_override(arg)]
   try:
     args = FLAGS(argv)

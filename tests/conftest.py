@@ -62,10 +62,10 @@ def _the_runs_compilation_cache():
 def tiny_workdir(tmp_path_factory) -> str:
   """A run of helpers.tiny_config() trained for 6 steps (checkpoints at 3 and 6), shared by
   the tests of translation and evaluation."""
-  from t2t_jax import trainer  # here: only the tests that need a trained run import it
+  from t2t_jax.modes import train  # here: only the tests that need a trained run import it
 
   path = str(tmp_path_factory.mktemp('trained'))
-  trainer.train_and_evaluate(helpers.tiny_config(), path)
+  train.train_and_evaluate(helpers.tiny_config(), path)
   return path
 
 

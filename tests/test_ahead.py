@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from helpers import CompileLog, make_config, tiny_config, tiny_step_config
-from t2t_jax import trainer
 from t2t_jax.data import pipeline, synthetic
 from t2t_jax.decoding import batch_plan
 from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.modes import train as trainer
 from t2t_jax.platform import ahead, progress
 from t2t_jax.platform import mesh as mesh_lib
 from t2t_jax.training import optim, train_step

@@ -5,25 +5,20 @@ A reader should be able to read the package bottom up, each file using only what
 it, and a change to a file should affect only the files above it. Two rules keep it so:
   * every module is placed in a layer of pyproject.toml's [tool.importlinter] contracts, and
     imports only modules below it (import-linter; its layers admit no cycle);
-  * no import of the package's own modules inside a function or class (a late import hides a
-    dependency, usually an upward one or a cycle); third-party modules only for the heavy
-    optional dependencies in LAZY, each with a comment giving the reason (read here with
-    `ast`, never imported: import-linter sees where an import points, not where it sits).
-Each failure is one line per problem, naming file:line.
+  * no import inside a function or class (ruff's PLC0415, `make lint`): a late import hides a
+    dependency, usually an upward one or a cycle. The exceptions are the heavy optional
+    libraries in LAZY, each marked `# noqa: PLC0415 (reason)`, which ruff cannot restrict to
+    those libraries nor make give a reason: the test below does.
 """
 from __future__ import annotations
 
 import ast
-import dataclasses
-import io
 import os
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
-import tokenize
-from collections.abc import Iterator
 
 import pytest
 
@@ -33,129 +28,7 @@ PACKAGE = 't2t_jax'
 # Optional heavy dependencies that may be imported inside a function, so that the paths that
 # do not need them (the demo, the tests) do not pay seconds to import them. Submodules too.
 LAZY = ('tensorflow', 'tensorflow_datasets', 'matplotlib', 'tensorboard', 'sacremoses')
-
-# Directives to tools: they silence a check but give no reason (one may follow them).
-PRAGMA = re.compile(r'pylint:\s*\S+|noqa(:\s*[A-Z]+[0-9]+(\s*,\s*[A-Z]+[0-9]+)*)?|'
-                    r'type:\s*ignore\S*|pragma:\s*no\s*cover|(fmt|isort|ruff):\s*\S+')
-
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-@dataclasses.dataclass(frozen=True)
-class Import:
-  """One imported module, as the file names it, made absolute."""
-  line: int
-  target: str  # dotted module name; `from m import x` targets m.x if that is a module, else m
-  nested: bool  # inside a function or class: runs late, out of sight of the module's header
-  commented: bool  # a reason comment on its line(s), or directly above its run of imports
-  scope: str = ''  # the innermost function or class it sits in ('' at module level)
-
-
-def is_project(module: str) -> bool:
-  return module == PACKAGE or module.startswith(PACKAGE + '.')
-
-
-def is_lazy(module: str) -> bool:
-  return any(module == name or module.startswith(name + '.') for name in LAZY)
-
-
-def module_name(path: pathlib.Path, root: pathlib.Path) -> str:
-  """`t2t_jax/data/demo_corpus/lexicon.py` -> `t2t_jax.data.demo_corpus.lexicon`; packages
-  by their name."""
-  parts = path.relative_to(root).with_suffix('').parts
-  return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
-
-
-def package_modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
-  """Every module of the package under `root`, subpackages included, by dotted name."""
-  return {module_name(path, root): path for path in sorted((root / PACKAGE).rglob('*.py'))}
-
-
-def _reason_lines(source: str) -> tuple[set[int], set[int]]:
-  """The lines carrying a comment that is more than a pragma, and those that are only one."""
-  with_reason, comment_only = set(), set()
-  for token in tokenize.generate_tokens(io.StringIO(source).readline):
-    if token.type != tokenize.COMMENT:
-      continue
-    if any(char.isalpha() for char in PRAGMA.sub('', token.string)):
-      with_reason.add(token.start[0])
-      if not token.line[:token.start[1]].strip():
-        comment_only.add(token.start[0])
-  return with_reason, comment_only
-
-
-def _walk(node: ast.AST, scope: str = '') -> Iterator[tuple[ast.stmt, str]]:
-  """Import statements with the innermost function or class they sit in ('' at module
-  level: if/try/with do not count)."""
-  for child in ast.iter_child_nodes(node):
-    if isinstance(child, (ast.Import, ast.ImportFrom)):
-      yield child, scope
-    else:
-      yield from _walk(child, child.name if isinstance(child, _SCOPES) else scope)
-
-
-def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
-  """The module a `from ... import` reads from, relative imports resolved against `module`."""
-  if not node.level:
-    return node.module or ''
-  package = (module if is_package else module.rpartition('.')[0]).split('.')
-  base = package[:len(package) - node.level + 1]
-  return '.'.join(base + ([node.module] if node.module else []))
-
-
-def _targets(node: ast.stmt, module: str, is_package: bool, modules: set[str]) -> list[str]:
-  if isinstance(node, ast.Import):
-    return [alias.name for alias in node.names]
-  base = _absolute(node, module, is_package)
-  # `from t2t_jax.data import pipeline` imports the module t2t_jax.data.pipeline; `from
-  # t2t_jax.model.transformer import Transformer` the module t2t_jax.model.transformer. The
-  # parent package's __init__ that Python runs on the way is not an edge: it would put every
-  # subpackage module in a cycle with its __init__.
-  return [f'{base}.{alias.name}' if f'{base}.{alias.name}' in modules else base
-          for alias in node.names]
-
-
-def source_imports(source: str, module: str, is_package: bool, modules: set[str],
-                   filename: str = '<source>') -> list[Import]:
-  """Every module `source` imports, at any depth, with its line and placement."""
-  nodes = list(_walk(ast.parse(source, filename)))
-  with_reason, comment_only = _reason_lines(source)
-  import_lines = {line for node, _ in nodes for line in range(node.lineno, node.end_lineno + 1)}
-  imports = []
-  for node, scope in nodes:
-    above = node.lineno - 1
-    while above in import_lines and above not in with_reason:
-      above -= 1  # a comment above a run of imports speaks for the whole run
-    commented = (above in comment_only or
-                 any(line in with_reason for line in range(node.lineno, node.end_lineno + 1)))
-    imports += [Import(node.lineno, target, bool(scope), commented, scope)
-                for target in _targets(node, module, is_package, modules)]
-  return imports
-
-
-def project_imports(path: pathlib.Path, root: pathlib.Path,
-                    modules: set[str]) -> list[Import]:
-  """The imports of the package's own modules in the file at `path`."""
-  return [imp for imp in file_imports(path, root, modules) if is_project(imp.target)]
-
-
-def file_imports(path: pathlib.Path, root: pathlib.Path, modules: set[str]) -> list[Import]:
-  return source_imports(path.read_text(encoding='utf-8'), module_name(path, root),
-                        path.name == '__init__.py', modules, str(path))
-
-
-def nesting_problems(label: str, imports: list[Import]) -> list[str]:
-  """Imports inside a function or class that the rules do not allow, as `file:line: why`."""
-  problems = []
-  for imp in [imp for imp in imports if imp.nested]:
-    where = f'{label}:{imp.line}: {imp.target} imported inside a function or class'
-    if is_project(imp.target):
-      problems.append(f'{where}: import the package\'s own modules at the top of the file')
-    elif not is_lazy(imp.target):
-      problems.append(f'{where}: only {", ".join(LAZY)} may be imported lazily')
-    elif not imp.commented:
-      problems.append(f'{where} with no comment giving the reason (on the line or just above)')
-  return problems
+_LATE = re.compile(r'#\s*noqa:\s*PLC0415\b(.*)$')
 
 
 def _fail(problems: list[str], what: str) -> None:
@@ -163,7 +36,62 @@ def _fail(problems: list[str], what: str) -> None:
     pytest.fail(f'{len(problems)} {what}:\n' + '\n'.join(problems), pytrace=False)
 
 
-# The package itself.
+def late_import_problems(source: str, label: str) -> list[str]:
+  """The `# noqa: PLC0415` imports of `source` that import something other than LAZY, or give
+  no reason (in the noqa's parentheses, or on a comment line just above their run)."""
+  lines = source.splitlines()
+  problems = []
+  for node in ast.walk(ast.parse(source)):
+    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+      continue
+    late = _LATE.search(lines[node.end_lineno - 1])
+    if late is None:
+      continue
+    names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+             else [node.module or ''])
+    where = f'{label}:{node.lineno}'
+    problems += [f'{where}: {name} imported late: only {", ".join(LAZY)} may be'
+                 for name in names if name.split('.')[0] not in LAZY]
+    above = node.lineno - 2  # a comment above a run of late imports speaks for the run
+    while above >= 0 and _LATE.search(lines[above]) and not lines[above].lstrip().startswith('#'):
+      above -= 1
+    if not re.search(r'[A-Za-z]', late.group(1)) and not (
+        above >= 0 and lines[above].lstrip().startswith('#')):
+      problems.append(f'{where}: a late import with no reason (in the noqa\'s parentheses, or '
+                      'a comment line above)')
+  return problems
+
+
+def package_files() -> list[pathlib.Path]:
+  return sorted((ROOT / PACKAGE).rglob('*.py'))
+
+
+def test_late_imports_are_the_heavy_libraries_with_a_reason():
+  problems = []
+  for path in package_files():
+    source = path.read_text(encoding='utf-8')
+    if path == ROOT / PACKAGE / '__init__.py':
+      continue  # its public names load on first use (test_package_init_...)
+    problems += late_import_problems(source, str(path.relative_to(ROOT)))
+  _fail(problems, 'late import(s)')
+
+
+def test_the_late_import_rule_fails_on_what_it_forbids():
+  """On a synthetic file: a broken rule must not pass silently."""
+  source = '\n'.join([
+      'def ok():',
+      '  # TF is slow to import; only this path needs it.',
+      '  import tensorflow as tf  # noqa: PLC0415',
+      '  from matplotlib import pyplot  # noqa: PLC0415 (heatmaps only)',
+      'def bad():',
+      '  x = 1',
+      '  import tensorboard.compat  # noqa: PLC0415',
+      '  from jax.experimental import multihost_utils  # noqa: PLC0415 (multi-process only)',
+  ])
+  assert late_import_problems(source, 'm.py') == [
+      "m.py:7: a late import with no reason (in the noqa's parentheses, or a comment line "
+      'above)',
+      f'm.py:8: jax.experimental imported late: only {", ".join(LAZY)} may be']
 
 
 LINT_IMPORTS = pathlib.Path(sys.executable).parent / 'lint-imports'
@@ -204,24 +132,22 @@ def test_the_contracts_catch_an_upward_import_and_an_unplaced_module(tmp_path):
   assert re.search(r'Contracts: \d+ kept, [1-9]\d* broken', result.stdout)
 
 
-def test_no_late_imports():
-  modules = package_modules(ROOT)
-  problems = []
-  for module, path in modules.items():
-    imports = file_imports(path, ROOT, set(modules))
-    if module == PACKAGE:  # its public names load on first use (the next test)
-      imports = [imp for imp in imports if imp.scope != '__getattr__']
-    problems += nesting_problems(str(path.relative_to(ROOT)), imports)
-  _fail(problems, 'import(s) inside a function or class')
+def named_alike(module: str, package: str) -> bool:
+  """`trainer` and `training`, `model` and `models`: a module and a package whose names
+  share a stem of five letters or more (or all of the shorter one)."""
+  stem = os.path.commonprefix([module, package])
+  return len(stem) >= min(5, len(module), len(package))
 
 
 def test_no_module_is_named_like_a_package_beside_it():
-  """`train.py` beside `training/` would leave a reader guessing which holds the step."""
+  """`trainer.py` beside `training/` left a reader guessing which holds the loop."""
+  assert named_alike('trainer', 'training') and named_alike('model', 'models')
+  assert not named_alike('main', 'model') and not named_alike('cli', 'config')
   names = {path.stem for path in (ROOT / PACKAGE).glob('*.py')}
   packages = {path.parent.name for path in (ROOT / PACKAGE).glob('*/__init__.py')}
   clashes = [f'{PACKAGE}/{name}.py beside {PACKAGE}/{package}/'
-             for name in sorted(names) for package in sorted(packages)
-             if name.rstrip('s') == package.rstrip('s') or package.startswith(name)]
+             for name in sorted(names - {'__init__', '__main__'}) for package in sorted(packages)
+             if named_alike(name, package)]
   _fail(clashes, 'module(s) named like a subpackage')
 
 
@@ -230,17 +156,21 @@ def test_package_init_imports_nothing_of_the_project():
   when it runs; its public names (`from t2t_jax import Translator`) load on first use,
   through PEP 562's module __getattr__."""
   init = ROOT / PACKAGE / '__init__.py'
-  _fail([f'{init.relative_to(ROOT)}:{imp.line}: imports {imp.target}; every submodule import '
-         'runs this file, so it must import nothing of the project (outside __getattr__)'
-         for imp in project_imports(init, ROOT, set(package_modules(ROOT)))
-         if imp.scope != '__getattr__'],
+  tree = ast.parse(init.read_text(encoding='utf-8'))
+  inside = {id(node) for function in ast.walk(tree)
+            if isinstance(function, ast.FunctionDef) and function.name == '__getattr__'
+            for node in ast.walk(function)}
+  _fail([f'{init.relative_to(ROOT)}:{node.lineno}: imports {node.module}; every submodule '
+         'import runs this file, so it must import nothing of the project (outside __getattr__)'
+         for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and id(node) not in inside
+         and (node.module or '').split('.')[0] == PACKAGE],
         'project import(s) in the package __init__')
 
 
 @pytest.mark.e2e
 def test_a_submodule_import_loads_no_jax_and_the_public_names_load_on_use():
   """What a new interpreter imports: this test process has imported everything."""
-  code = ('import sys, t2t_jax.platform.errors, t2t_jax.platform.progress; '
+  code = ('import sys, t2t_jax.platform.errors, t2t_jax.platform.progress, t2t_jax.cli; '
           'assert "jax" not in sys.modules; from t2t_jax import Translator, Hypothesis; '
           'from t2t_jax.apps import translator; '
           'assert (Translator, Hypothesis) == (translator.Translator, translator.Hypothesis); '
@@ -252,36 +182,3 @@ def test_a_submodule_import_loads_no_jax_and_the_public_names_load_on_use():
   assert result.stderr.strip().splitlines()[-1] == (
       "ImportError: cannot import name 'Nothing' from 't2t_jax' "
       f"({ROOT / PACKAGE / '__init__.py'})")
-
-
-# The late-import checker, on a synthetic file: a broken checker must not pass silently.
-
-
-def test_checker_allows_only_commented_lazy_heavy_imports():
-  source = '\n'.join([
-      'try:', '  import tensorflow', 'except ImportError:', '  pass',  # module level: fine
-      'def ok():',
-      '  # TF is slow to import; only this path needs it.',
-      '  import tensorflow as tf',
-      '  import tensorflow_datasets as tfds',  # covered by the comment above the run
-      '  from matplotlib import pyplot  # heatmaps only',
-      'def bad():',
-      '  import tensorboard.compat  # pylint: disable=g-import-not-at-top',
-      '  import matplotlib',
-      '  from jax.experimental import multihost_utils  # multi-process only',
-      'class C:',
-      '  import numpy as np',
-      'def also_ok():',
-      '  import tensorboard  # noqa: E402 (TensorBoard imports TF)',
-  ])
-  imports = source_imports(source, 't2t_jax.m', False, {'t2t_jax.m'})
-  allowed = ', '.join(LAZY)
-  assert nesting_problems('m.py', imports) == [
-      'm.py:11: tensorboard.compat imported inside a function or class with no comment giving '
-      'the reason (on the line or just above)',
-      'm.py:12: matplotlib imported inside a function or class with no comment giving the '
-      'reason (on the line or just above)',
-      f'm.py:13: jax.experimental imported inside a function or class: only {allowed} may '
-      'be imported lazily',
-      f'm.py:15: numpy imported inside a function or class: only {allowed} may be imported '
-      'lazily']

@@ -336,7 +336,7 @@ def test_batchings_times_both_batchings_on_the_same_text(bench):
 def test_the_profile_counts_the_device_threads_alone(bench, tmp_path):
   """accelerator.py's profile part: a trace with a device process counts only its threads'
   kernels, by thread and by kernel (the host's Python frames are no device time)."""
-  accelerator = bench('accelerator')
+  profile = bench('accelerator_parts.profile')
   meta = lambda pid, tid, kind, name: {'ph': 'M', 'pid': pid, 'tid': tid, 'name': kind,  # noqa: E731
                                        'args': {'name': name}}
   kernel = lambda pid, tid, name, dur: {'ph': 'X', 'pid': pid, 'tid': tid, 'name': name,  # noqa: E731
@@ -348,27 +348,28 @@ def test_the_profile_counts_the_device_threads_alone(bench, tmp_path):
   path = tmp_path / 'trace.json.gz'
   with gzip.open(path, 'wt') as f:
     json.dump({'traceEvents': events}, f)
-  totals, busy = accelerator.device_kernel_times(str(path))
+  totals, busy = profile.device_kernel_times(str(path))
   stream = '/device:GPU:0 / Stream #7'
   assert dict(totals) == {(stream, 'gemm'): [12.0, 2], (stream, 'fusion'): [2.0, 1]}
   assert dict(busy) == {stream: 14.0}
 
 
-def test_a_swapped_form_is_undone_whatever_happens(bench):
-  """accelerator.py's forms part: a lever is a config.model.kernels value, built as it is; a
-  probe's forms are handed out by 'xla' while tracing, and put back after a lowering, also
-  one that fails."""
-  accelerator = bench('accelerator')
-  from t2t_jax.model import kernels  # beside the module under test
-  before = kernels.KERNELS['xla']
-  with accelerator.swapped(accelerator.FORMS['one-pass loss']) as choice:
-    assert choice == 'xla+one_pass_loss' and kernels.KERNELS['xla'] is before
-  with pytest.raises(RuntimeError), accelerator.swapped(accelerator.FORMS['no dropout bits']):
-    assert kernels.KERNELS['xla'].dropout_bits is accelerator.no_bits
-    raise RuntimeError('a form this backend cannot lower')
-  assert kernels.KERNELS['xla'] is before
-  # Every lever of kernels.py is among the forms priced.
-  assert {f'xla+{lever}' for lever in kernels.LEVERS} <= set(accelerator.FORMS.values())
+def test_every_form_is_a_config_model_setting(bench):
+  """accelerator.py's forms part: each form is config.model keys a run can set (a
+  config.model.kernels value, or the plain forms without dropout), built through the model
+  config, with kernels.py's choices left as they are; every lever of kernels.py is priced."""
+  shared, forms = bench('accelerator_parts.shared'), bench('accelerator_parts.forms')
+  from t2t_jax.config import rules
+  from t2t_jax.model import kernels  # beside the modules under test
+  before = dict(kernels.KERNELS)
+  for form in [*forms.FORMS.values(), *forms.DECODE_FORMS.values()]:
+    assert rules.CONCRETE_KERNELS.test(form['kernels']), form
+    c = shared.model_config('base', shared.SIZES['tiny'], 'bfloat16', form)
+    assert {key: getattr(c, key) for key in form} == form
+  assert forms.FORMS['no dropout'] == {'kernels': 'xla', 'dropout_rate': 0.0}
+  assert kernels.KERNELS == before
+  assert {f'xla+{lever}' for lever in kernels.LEVERS} <= {
+      form['kernels'] for form in forms.FORMS.values()}
 
 
 def test_the_demo_and_compile_parts_read_the_processes_they_start(bench, tmp_path,
@@ -377,7 +378,7 @@ def test_the_demo_and_compile_parts_read_the_processes_they_start(bench, tmp_pat
   print: make demo's modes in one fresh workdir with the cache off, each line with its
   compilations; the compile probe over one cache, cold then warm. (The modes themselves run
   in test_notebook.py and test_readme.py, the probe's step in the accelerator test.)"""
-  accelerator = bench('accelerator')
+  demo_part, processes = bench('accelerator_parts.demo'), bench('accelerator_parts.processes')
   calls = []
 
   def fake_run(argv, *, env, **kwargs):
@@ -396,13 +397,13 @@ def test_the_demo_and_compile_parts_read_the_processes_they_start(bench, tmp_pat
            'I Finished XLA compilation of jit(search) in 2.5 sec\n')
     return subprocess.CompletedProcess(argv, 0, stdout='', stderr=log)
 
-  monkeypatch.setattr(accelerator.subprocess, 'run', fake_run)
+  monkeypatch.setattr(subprocess, 'run', fake_run)  # the parts' subprocess module
   searched = []  # the trained search (its own test: the accelerator test) gets each chain's run
-  monkeypatch.setattr(accelerator, 'bench_trained_search',
+  monkeypatch.setattr(demo_part, 'bench_trained_search',
                       lambda workdir, size, out, batching: searched.append((workdir, batching))
                       or [])
   out = str(tmp_path / 'figures.jsonl')
-  demo = accelerator.bench_demo(accelerator.SIZES['full'], out, ['buckets', 'packed'])
+  demo = demo_part.bench_demo(processes.SIZES['full'], out, ['buckets', 'packed'])
   assert [(line['batching'], line['mode'], line['compilations'], line['compile_s'])
           for line in demo] == [(batching, mode, 2, 3.8) for batching in ('buckets', 'packed')
                                 for mode in ('train', 'average', 'eval')]
@@ -418,11 +419,11 @@ def test_the_demo_and_compile_parts_read_the_processes_they_start(bench, tmp_pat
   assert [a for argv, _ in calls for a in argv if a.startswith('--config.batching=')] == [
       f'--config.batching={b}' for b in ('buckets', 'packed') for _ in range(3)]
   calls.clear()
-  compile_lines = accelerator.bench_compile('tiny', out)
+  compile_lines = processes.bench_compile('tiny', out)
   assert [(line['cache'], line['compile_s']) for line in compile_lines] == [
       ('cold', 9.0), ('warm', 0.25)]
-  assert [argv[1:] for argv, _ in calls] == [[accelerator.__file__, '--probe-compile',
-                                              '--size', 'tiny']] * 2
+  entry = os.path.join(BENCHMARKS, 'accelerator.py')  # the probe: the script run again
+  assert [argv[1:] for argv, _ in calls] == [[entry, '--probe-compile', '--size', 'tiny']] * 2
   assert len(open(out).readlines()) == 8
 
 
@@ -459,12 +460,12 @@ def test_interactive_feeds_translate_alike_from_a_file_stdin_and_a_pipe(bench, t
 def test_the_trained_search_decodes_a_runs_test_sentences(bench, tiny_workdir, tmp_path):
   """accelerator.py's trained_search: a trained run's beam search over its first test
   sentences, as many as each count asks (repeated), in one batch each."""
-  accelerator = bench('accelerator')
+  demo_part = bench('accelerator_parts.demo')
   run = tmp_path / 'run'
   shutil.copytree(tiny_workdir, run)
   (run / 'demo_corpus').mkdir()
   (run / 'demo_corpus' / 'test.en').write_text('5 6 7\n11 12\n9 9 9 9\n')
-  lines = accelerator.bench_trained_search(str(run), {'sentences': (2, 5)}, None, 'buckets')
+  lines = demo_part.bench_trained_search(str(run), {'sentences': (2, 5)}, None, 'buckets')
   devices = jax.device_count()  # a whole number of rows a device
   assert [(line['sentences'], line['source_length']) for line in lines] == [
       (-(-n // devices) * devices, 8) for n in (2, 5)]

@@ -13,8 +13,8 @@ import pytest
 
 from experiments import demo
 from helpers import COMMAND, ROOT, cpu_env
-from t2t_jax import trainer
 from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.modes import train as trainer
 from t2t_jax.platform import mesh as mesh_lib
 from t2t_jax.run import averaging, vocabulary
 from t2t_jax.run import params as params_lib
@@ -196,14 +196,14 @@ def test_transient_read_error_is_retried_not_taken_for_corruption(
     tmp_path, monkeypatch, no_retry_wait):
   trainer.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
   failures = []
-  original = checkpoints.Checkpointer._restore
+  original = checkpoints.ocp.CheckpointManager.restore
 
-  def flaky(self, step, state):
+  def flaky(self, step, *args, **kwargs):
     if not failures:
       failures.append(step)
       raise OSError('Stale file handle')  # an NFS hiccup
-    return original(self, step, state)
-  monkeypatch.setattr(checkpoints.Checkpointer, '_restore', flaky)
+    return original(self, step, *args, **kwargs)
+  monkeypatch.setattr(checkpoints.ocp.CheckpointManager, 'restore', flaky)
   (_, _, step), _ = latest_state_arrays(str(tmp_path))
   assert failures == [8] and int(step) == 8
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', '8']
@@ -221,10 +221,10 @@ def test_a_checkpoint_we_may_not_read_is_an_error_not_corruption(tmp_path, monke
   trainer.train_and_evaluate(tiny_config(num_train_steps=4), str(tmp_path))
   reads = []
 
-  def refused(self, step, state):
+  def refused(self, step, *args, **kwargs):
     reads.append(step)
     raise refusal
-  monkeypatch.setattr(checkpoints.Checkpointer, '_restore', refused)
+  monkeypatch.setattr(checkpoints.ocp.CheckpointManager, 'restore', refused)
   with pytest.raises(checkpoints.errors.UserError,
                      match=rf'{tmp_path}/checkpoints/4: cannot be read \(permission denied'):
     trainer.train_and_evaluate(tiny_config(num_train_steps=8), str(tmp_path))
@@ -316,8 +316,8 @@ def test_a_refused_write_waits_for_no_other(tmp_path, monkeypatch):
   waited = []
   with pytest.raises(checkpoints.CheckpointWriteError):
     with checkpoints.Checkpointer(str(tmp_path), keep=5) as checkpointer:
-      monkeypatch.setattr(checkpointer._manager, 'wait_until_finished',
-                          lambda: waited.append(True))
+      monkeypatch.setattr(checkpoints.ocp.CheckpointManager, 'wait_until_finished',
+                          lambda self: waited.append(True))
       raise checkpoints.CheckpointWriteError(checkpointer.directory, 'checkpoints',
                                              OSError(28, 'No space left on device'))
   assert waited == []
@@ -459,14 +459,14 @@ def test_finite_loss_with_non_finite_gradient_is_never_saved(tmp_path, monkeypat
   """bf16/fp16 overflow: the loss of a step is finite, its gradient is not, and its update
   has already made the parameters NaN. The guard must look at the gradient norm too."""
   import jax.numpy as jnp
-  original = train_step._loss_sums
+  original = train_step.loss_sums
 
   def nan_gradient(params, *args, **kwargs):
     loss, sums = original(params, *args, **kwargs)
     leaf = jax.tree_util.tree_leaves(params)[0]
     # Value 0 · sqrt(0) = 0, gradient 0 · inf = NaN.
     return loss + 0.0 * jnp.sqrt(jnp.sum(leaf) * 0.0), sums
-  monkeypatch.setattr(train_step, '_loss_sums', nan_gradient)
+  monkeypatch.setattr(train_step, 'loss_sums', nan_gradient)
   config = tiny_config(num_train_steps=8, log_every_steps=100, checkpoint_every_steps=1)
   with pytest.raises(trainer.TrainingDiverged, match='gradient .*non-finite at step 1'):
     trainer.train_and_evaluate(config, str(tmp_path))

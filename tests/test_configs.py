@@ -2,11 +2,13 @@
 one validator (t2t_jax/config/rules.py) names every mistake's key before any work."""
 import ast
 import dataclasses
+import glob
 import os
 import re
 import subprocess
 import sys
 
+import ml_collections
 import pytest
 
 from experiments import (
@@ -19,7 +21,8 @@ from experiments import (
   wmt_sample,
 )
 from helpers import ROOT
-from t2t_jax.config import loading, rules
+from t2t_jax.config import loading, rules, uses
+from t2t_jax.config import modes as modes_lib
 from t2t_jax.model import transformer
 from t2t_jax.model.transformer import ModelConfig
 from t2t_jax.platform import errors
@@ -488,20 +491,28 @@ def test_dataset_table_covers_every_dataset_and_only_modes():
 
 
 def test_modes_are_main_py_s():
-  """main.py's --mode choices are rules.MODES itself, the modes `validate` knows (read
-  from the source: importing main would define its absl flags)."""
-  with open(os.path.join(ROOT, 't2t_jax', 'main.py'), encoding='utf-8') as f:
+  """The --mode choices (cli.py) are config/modes.py's MODES itself, the modes `validate`
+  knows, and each has its module in t2t_jax/modes/ (read from the sources: importing cli or
+  main would define their absl flags)."""
+  with open(os.path.join(ROOT, 't2t_jax', 'cli.py'), encoding='utf-8') as f:
     tree = ast.parse(f.read())
   enum = [call for call in ast.walk(tree) if isinstance(call, ast.Call)
           and ast.unparse(call.func) == 'flags.DEFINE_enum' and call.args[0].value == 'mode']
-  assert len(enum) == 1 and ast.unparse(enum[0].args[2]) == 'rules.MODES'
+  assert len(enum) == 1 and ast.unparse(enum[0].args[2]) == 'MODES'
+  assert rules.MODES is modes_lib.MODES
+  with open(os.path.join(ROOT, 't2t_jax', 'main.py'), encoding='utf-8') as f:
+    table = [node for node in ast.walk(ast.parse(f.read())) if isinstance(node, ast.Assign)
+             and ast.unparse(node.targets[0]) == 'MODES']
+  assert [key.value for key in table[0].value.keys] == list(modes_lib.MODES)
+  assert sorted(p[:-3] for p in os.listdir(os.path.join(ROOT, 't2t_jax', 'modes'))
+                if p.endswith('.py') and p != '__init__.py') == sorted(modes_lib.MODES)
 
 
 @pytest.mark.e2e
 def test_the_rules_import_no_other_module_of_the_project():
   """config → data → model: transformer.py imports the rules, so they must not import it
-  (or anything that does); t2t_jax.platform.errors is their one project import (in a new
-  interpreter: this test process has imported everything)."""
+  (or anything that does); t2t_jax.platform.errors and the modes' names are their only
+  project imports (in a new interpreter: this test process has imported everything)."""
   with open(os.path.join(ROOT, 't2t_jax', 'config', 'rules.py'), encoding='utf-8') as f:
     tree = ast.parse(f.read())
   imported = set()
@@ -510,13 +521,15 @@ def test_the_rules_import_no_other_module_of_the_project():
       imported |= {alias.name for alias in node.names}
     elif isinstance(node, ast.ImportFrom):
       imported |= {f'{node.module}.{alias.name}' for alias in node.names}
-  assert {name for name in imported if name.startswith('t2t_jax')} == {'t2t_jax.platform.errors'}
+  assert {name for name in imported if name.startswith('t2t_jax')} == {
+      't2t_jax.platform.errors', 't2t_jax.config.modes.MODES'}
   loaded = subprocess.run(
       [sys.executable, '-c', 'import sys, t2t_jax.config.rules; '
        'print(sorted(m for m in sys.modules if m.startswith("t2t_jax")))'],
       cwd=ROOT, capture_output=True, text=True, check=True).stdout
-  assert ast.literal_eval(loaded) == ['t2t_jax', 't2t_jax.config', 't2t_jax.config.rules',
-                                      't2t_jax.platform', 't2t_jax.platform.errors']
+  assert ast.literal_eval(loaded) == ['t2t_jax', 't2t_jax.config', 't2t_jax.config.modes',
+                                      't2t_jax.config.rules', 't2t_jax.platform',
+                                      't2t_jax.platform.errors']
 
 
 def test_check_model_wants_the_resolved_dtype():
@@ -705,3 +718,95 @@ def test_colab_config_loads_by_path_and_counts_its_parameters(tmp_path):
        '--mode=params'], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr
   assert result.stdout.strip().splitlines()[-1] == 'params: 63045632'
+
+
+# ------------------------------------------------------------ overrides a command would ignore
+
+
+def experiment_configs() -> dict[str, ml_collections.ConfigDict]:
+  """Every config of experiments/ (Table 3's study file: its base row)."""
+  found = {}
+  for path in sorted(glob.glob(os.path.join(ROOT, 'experiments', '*.py'))):
+    name = os.path.basename(path)[:-3]
+    if name == '__init__':
+      continue
+    module = loading.load_module(path, f'experiments_for_uses_{name}')
+    found[name] = module.get_config('base') if name == 'table3' else module.get_config()
+  return found
+
+
+def flat_keys(config: ml_collections.ConfigDict, prefix: str = '') -> list[str]:
+  keys = []
+  for key, value in config.items():
+    keys += (flat_keys(value, f'{prefix}{key}.') if isinstance(value, ml_collections.ConfigDict)
+             else [f'{prefix}{key}'])
+  return keys
+
+
+def test_every_key_of_every_experiment_config_has_a_use():
+  configs = experiment_configs()
+  assert len(configs) >= 8
+  for name, config in configs.items():
+    assert set(flat_keys(config)) <= set(uses.USES), name
+
+
+def use_context(use: uses.Use) -> tuple[ml_collections.ConfigDict, str, str]:
+  """A config, mode and batching in which `use`'s key is read."""
+  config = demo.get_config()
+  if use.datasets:
+    config.dataset = sorted(use.datasets)[0]
+  if use.methods:
+    config.decode_method = sorted(use.methods)[0]
+  return config, sorted(use.modes)[0], sorted(use.batchings or {'buckets'})[0]
+
+
+@pytest.mark.parametrize('key', sorted(uses.USES))
+def test_an_override_the_command_would_ignore_is_an_error(key):
+  """`--config.pack_length=128` with §5.1's buckets, `--config.demo_num_train=10` with
+  dataset='files', `--config.warmup_steps=8000` with --mode=eval were accepted and ignored."""
+  use = uses.USES[key]
+  config, mode, batching = use_context(use)
+  uses.check_overrides_used(config, mode, [key], batching)  # read there: no error
+  ignored = re.escape(f'--config.{key}: this command would ignore it; it is read with ')
+  other_modes = sorted(set(uses.EVERY_MODE) - use.modes)
+  if other_modes:
+    with pytest.raises(errors.UserError, match=ignored + '--mode='):
+      uses.check_overrides_used(config, other_modes[0], [key], batching)
+  if use.datasets:
+    other = config.copy_and_resolve_references()
+    other.dataset = sorted(set(rules.DATASETS) - use.datasets)[0]
+    with pytest.raises(errors.UserError, match=ignored + 'config.dataset='):
+      uses.check_overrides_used(other, mode, [key], batching)
+  if use.batchings:
+    other_batching = sorted(set(rules.BATCHINGS) - use.batchings)[0]
+    with pytest.raises(errors.UserError, match=ignored + 'config.batching='):
+      uses.check_overrides_used(config, mode, [key], other_batching)
+  if use.methods:
+    other = config.copy_and_resolve_references()
+    other.decode_method = 'beam'
+    with pytest.raises(errors.UserError, match=ignored + 'config.decode_method='):
+      uses.check_overrides_used(other, mode, [key], batching)
+
+
+def test_an_ignored_override_is_one_line_on_the_command_line(cli, tmp_path, tiny_workdir):
+  done = cli('--config=experiments/demo.py', f'--workdir={tmp_path}', '--mode=params',
+             '--config.dataset=files', '--config.demo_num_train=10')
+  assert done.returncode == 1
+  # With --config the command line may be reused for every mode: the mode is not checked.
+  assert done.stderr.strip().splitlines()[-1] == (
+      't2t_jax: error: --config.demo_num_train: this command would ignore it; it is read with '
+      "config.dataset=demo (this is --mode=params, dataset 'files', batching 'buckets', "
+      "decode_method 'beam'); drop it")
+  on_cpu = cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
+               '--config.pack_length=128')
+  assert on_cpu.stderr.strip().splitlines()[-1].startswith(
+      "t2t_jax: error: --config.pack_length: this command would ignore it; it is read with "
+      "config.batching=packed ('auto' is 'buckets' here)")
+  reused = cli('--config=experiments/demo.py', '--mode=params', '--config.warmup_steps=10')
+  assert reused.returncode == 0, reused.stderr[-2000:]
+  # A trained run's own command: the mode too.
+  eval_ = cli(f'--workdir={tiny_workdir}', '--mode=eval', '--config.warmup_steps=10')
+  assert eval_.stderr.strip().splitlines()[-1] == (
+      "t2t_jax: error: --config.warmup_steps: this command would ignore it; it is read with "
+      "--mode=train|study (this is --mode=eval, dataset 'synthetic', batching 'buckets', "
+      "decode_method 'beam'); drop it")

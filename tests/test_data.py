@@ -331,8 +331,8 @@ def test_restart_reuses_vocabulary_and_ids(files_run, monkeypatch):
   def fail(*args, **kwargs):
     raise AssertionError('retrained or re-encoded on restart')
 
-  monkeypatch.setattr(pipeline.tokenizer_lib, '_train', fail)
-  monkeypatch.setattr(id_cache, '_save_atomically', fail)
+  monkeypatch.setattr(pipeline.tokenizer_lib, 'train_bpe', fail)
+  monkeypatch.setattr(id_cache, 'save_atomically', fail)
   again = pipeline.get_datasets(config, workdir, num_devices=1)
   assert again.tokenizer.fingerprint == ds.tokenizer.fingerprint
   assert len(os.listdir(os.path.join(workdir, 'data_cache'))) == 1
@@ -474,7 +474,7 @@ def test_failed_cache_write_leaves_no_temporary(tmp_path, monkeypatch, failure):
       raise error
     return original(*args, **kwargs)
 
-  monkeypatch.setattr(sources, '_CHUNK', 100)  # 600 pairs: six chunks
+  monkeypatch.setattr(sources, 'CHUNK_PAIRS', 100)  # 600 pairs: six chunks
   monkeypatch.setattr(module, name, fail)
   with pytest.raises(OSError if isinstance(error, OSError) else type(error)) as raised:
     pipeline.get_datasets(config, workdir, num_devices=1)
@@ -488,7 +488,7 @@ def test_failed_cache_write_leaves_no_temporary(tmp_path, monkeypatch, failure):
 
 def test_cache_written_chunk_by_chunk_equals_one_pass(files_run, tmp_path, monkeypatch):
   config, ds, _ = files_run
-  monkeypatch.setattr(sources, '_CHUNK', 7)  # 600 pairs: 86 chunks, the last one short
+  monkeypatch.setattr(sources, 'CHUNK_PAIRS', 7)  # 600 pairs: 86 chunks, the last one short
   source = sources._files_source('train', config.train_files, config)
   cached = id_cache.load_or_encode(source.name, source.key, source.read, ds.tokenizer,
                                    str(tmp_path))
@@ -547,7 +547,7 @@ def test_old_format_cache_is_still_used(tmp_path, monkeypatch):
   path = train_cache(workdir)
   record = json.load(open(os.path.join(path, 'key.json')))
   json.dump(record['key'], open(os.path.join(path, 'key.json'), 'w'), sort_keys=True)
-  monkeypatch.setattr(id_cache, '_save_atomically', lambda *args: pytest.fail('re-encoded'))
+  monkeypatch.setattr(id_cache, 'save_atomically', lambda *args: pytest.fail('re-encoded'))
   pipeline.get_datasets(config, workdir, num_devices=1)
 
 
@@ -592,7 +592,7 @@ def tfds_config(tmp_path):
 @pytest.mark.slow
 def test_tfds_wmt14_under_mock_data(tmp_path, monkeypatch):
   tfds = pytest.importorskip('tensorflow_datasets')
-  monkeypatch.setattr(sources, '_reachable', lambda host: True)  # mock: no download
+  monkeypatch.setattr(sources, 'reachable', lambda host: True)  # mock: no download
   config = tfds_config(tmp_path)
   with tfds.testing.mock_data(num_examples=120):
     ds = pipeline.get_datasets(config, str(tmp_path / 'workdir'), num_devices=2)
@@ -617,7 +617,7 @@ def test_tfds_wmt14_under_mock_data(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_tfds_offline_fails_fast_with_instructions(tmp_path, monkeypatch):
   pytest.importorskip('tensorflow_datasets')
-  monkeypatch.setattr(sources, '_reachable', lambda host: False)
+  monkeypatch.setattr(sources, 'reachable', lambda host: False)
   start = time.time()
   with pytest.raises(sources.DataUnavailableError) as error:
     pipeline.get_datasets(tfds_config(tmp_path), str(tmp_path / 'workdir'), num_devices=1)
@@ -631,7 +631,7 @@ def test_tfds_offline_fails_fast_with_instructions(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_tfds_uses_archives_in_the_manual_dir(tmp_path, monkeypatch):
   pytest.importorskip('tensorflow_datasets')
-  builder = sources._tfds_builder(tfds_config(tmp_path))
+  builder = sources.tfds_builder(tfds_config(tmp_path))
   needed = sources._urls_to_download(builder, None)
   assert any('europarl' in url for url in needed)
   manual = tmp_path / 'manual'
@@ -657,17 +657,17 @@ class FakeBuilder:
 
 
 def test_tfds_eval_reads_prepared_data_only(tmp_path, monkeypatch):
-  monkeypatch.setattr(sources, '_tfds_builder', lambda config: FakeBuilder(prepared=False))
-  monkeypatch.setattr(sources, '_prepare_tfds', lambda *args: pytest.fail('prepared for eval'))
+  monkeypatch.setattr(sources, 'tfds_builder', lambda config: FakeBuilder(prepared=False))
+  monkeypatch.setattr(sources, 'prepare_tfds', lambda *args: pytest.fail('prepared for eval'))
   with pytest.raises(sources.DataUnavailableError, match=r'not prepared in /nowhere: evaluation '
                      r'reads prepared data only.*--config\.tfds_data_dir'):
     pipeline.load_eval_set(tfds_config(tmp_path), str(tmp_path), 'test', tokenizer=None)
 
 
 def test_tfds_empty_dev_split_is_named(tmp_path, monkeypatch):
-  monkeypatch.setattr(sources, '_tfds_builder', lambda config: FakeBuilder(prepared=True))
+  monkeypatch.setattr(sources, 'tfds_builder', lambda config: FakeBuilder(prepared=True))
   splits = {'train': (['a b'], ['c d']), 'validation': ([], []), 'test': (['e'], ['f'])}
-  monkeypatch.setattr(sources, '_read_tfds_pairs',
+  monkeypatch.setattr(sources, 'read_tfds_pairs',
                       lambda builder, split, *langs: iter([splits[split]]))
   with pytest.raises(ValueError, match=r"wmt14_translate/de-en split 'validation' "
                      r'\(config\.dev_split\): the dev set has no sentence pair'):
@@ -677,7 +677,7 @@ def test_tfds_empty_dev_split_is_named(tmp_path, monkeypatch):
 
 def test_unreachable_host_is_detected_quickly():
   start = time.time()
-  assert not sources._reachable('no-such-host.invalid')
+  assert not sources.reachable('no-such-host.invalid')
   assert time.time() - start < 10
 
 

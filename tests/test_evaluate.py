@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from helpers import REORDERED_F32, TINY_CLI, CompileLog, run_process, tiny_config
-from t2t_jax import trainer
 from t2t_jax.apps import evaluate
 from t2t_jax.apps.translator import Translator
 from t2t_jax.decoding import bleu
 from t2t_jax.decoding.batch_plan import decoding_batches
+from t2t_jax.modes import train as trainer
 from t2t_jax.run import averaging
 
 
@@ -132,7 +132,7 @@ def test_dev_bleu_during_training_matches_eval_mode(tmp_path):
   bleu_steps = [r['step'] for r in records if 'dev_bleu' in r]
   assert bleu_steps == [3, 6]
   config.eval_split = 'dev'
-  scores = evaluate.run_eval(config, str(tmp_path))
+  scores = evaluate.evaluate(config, str(tmp_path))
   assert scores['params'] == 'checkpoints/6'
   assert [r['dev_bleu'] for r in records if 'dev_bleu' in r][-1] == pytest.approx(
       scores['sacrebleu'])
@@ -172,7 +172,7 @@ def test_evaluations_of_other_splits_params_or_settings_do_not_overwrite(workdir
     config = tiny_config()
     config.eval_split, config.decode_params, config.restore_step = split, which, step
     config.beam_size = beam
-    scores = evaluate.run_eval(config, workdir)
+    scores = evaluate.evaluate(config, workdir)
     expected = f'{"averaged" if which == "averaged" else "checkpoints"}/{step or 6}'
     assert (scores['split'], scores['params'], scores['beam_size']) == (split, expected, beam)
   names = {f'{split}-{which}-{step or 6}-beam{beam}-alpha0.6-extra5'
@@ -194,7 +194,7 @@ def test_evaluations_by_sampling_or_an_ensemble_name_their_search(workdir):
   for name, (changes, readable) in runs.items():
     config = tiny_config()
     config.update(changes)
-    scores[name] = evaluate.run_eval(config, workdir)
+    scores[name] = evaluate.evaluate(config, workdir)
     kind, step = scores[name]['params'].split('/')  # averaged if an earlier test averaged
     folder = eval_folder(workdir, f'test-{kind.rstrip("s")}-{step}-{readable}')
     hypotheses[name] = open(os.path.join(folder, 'hypotheses.txt')).read()
@@ -206,7 +206,7 @@ def test_evaluations_by_sampling_or_an_ensemble_name_their_search(workdir):
   # Weights make another mean: a folder of its own, beside the unweighted one.
   config = tiny_config()
   config.update(ensemble=workdir, ensemble_weights='3,1')
-  assert evaluate.run_eval(config, workdir)['ensemble_weights'] == [0.75, 0.25]
+  assert evaluate.evaluate(config, workdir)['ensemble_weights'] == [0.75, 0.25]
   kind, step = scores['ensemble']['params'].split('/')
   readable = f'test-{kind.rstrip("s")}-{step}-beam4-alpha0.6-ensemble2-extra5'
   assert len([n for n in os.listdir(os.path.join(workdir, 'eval'))
@@ -223,13 +223,13 @@ def test_eval_compiles_its_search_and_loss_ahead_where_cores_allow(workdir, monk
   # A held-out set of 48 pairs (synthetic.eval_set: one batch's rows): over INTERACTIVE_ROWS,
   # so decoded in batches of its own length buckets.
   config.tokens_per_batch = 48 * config.max_length
-  expected = evaluate.run_eval(config, workdir)
+  expected = evaluate.evaluate(config, workdir)
   monkeypatch.setattr(ahead, 'default_threads', lambda: 2)
   handler = CompileLog()
   logging.getLogger('jax').addHandler(handler)
   jax.config.update('jax_log_compiles', True)
   try:
-    got = evaluate.run_eval(config, workdir)
+    got = evaluate.evaluate(config, workdir)
   finally:
     jax.config.update('jax_log_compiles', False)
     logging.getLogger('jax').removeHandler(handler)

@@ -1,7 +1,7 @@
 """--mode=export: the MarianMT folder loads in transformers and computes what we compute.
 
 One random model (non-zero biases, layer-norm gains and biases) and a SentencePiece
-vocabulary trained here are exported through export.run_export, as --mode=export does. The
+vocabulary trained here are exported through export.export_run, as --mode=export does. The
 checks compare what transformers' own MarianMTModel and MarianTokenizer compute from the folder
 with what our model and Tokenizer compute: logits, greedy outputs, ids.
 """
@@ -95,7 +95,7 @@ class Exported:
 
 @pytest.fixture(scope='module')
 def exported(tmp_path_factory) -> Exported:
-  """A trained-looking workdir (vocab/spm.model, averaged/1/params) exported by run_export."""
+  """A trained-looking workdir (vocab/spm.model, averaged/1/params) exported by export_run."""
   workdir = str(tmp_path_factory.mktemp('run'))
   config = small_config()
   tokenizer = tokenizer_lib.load_or_train(config, workdir, lambda: made_up_sentences(400, 0))
@@ -107,7 +107,7 @@ def exported(tmp_path_factory) -> Exported:
   checkpointer.wait_until_finished()
   checkpointer.close()
   path = os.path.join(workdir, 'marian')
-  export.run_export(config, workdir, path)
+  export.export_run(config, workdir, path)
   hf_model = transformers.MarianMTModel.from_pretrained(path).eval()
   return Exported(path, params, model_config, tokenizer, hf_model,
                   transformers.MarianTokenizer.from_pretrained(path))
@@ -234,14 +234,14 @@ def test_what_marian_cannot_represent_is_refused(tmp_path, change, key):
       node = node[parent]
     node[leaf] = value
   with pytest.raises(errors.UserError, match=f'^{key}[=:]'):
-    export.run_export(config, str(tmp_path), str(tmp_path / 'out'))
+    export.export_run(config, str(tmp_path), str(tmp_path / 'out'))
   assert not os.path.exists(tmp_path / 'out')
 
 
 def test_a_non_empty_output_is_refused_and_kept(exported, tmp_path):
   (tmp_path / 'notes.txt').write_text('mine')
   with pytest.raises(errors.UserError, match='^--output=.*not empty'):
-    export.run_export(small_config(), str(tmp_path / 'no_run'), str(tmp_path))
+    export.export_run(small_config(), str(tmp_path / 'no_run'), str(tmp_path))
   with pytest.raises(errors.UserError, match='^--output=.*not empty'):
     export.export_marian(exported.params, exported.model_config,
                          exported.tokenizer.model_path, str(tmp_path),

@@ -30,8 +30,9 @@ from helpers import (
   the_one_error,
   tiny_config,
 )
-from t2t_jax import trainer, translate_command
 from t2t_jax.apps import evaluate, export, translator
+from t2t_jax.modes import train as trainer
+from t2t_jax.modes import translate as translate_command
 from t2t_jax.platform import distributed, errors, files, quiet
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.platform.metrics import MetricWriter
@@ -48,8 +49,8 @@ def test_translating_into_a_folder_is_refused_before_decoding(run, tmp_path, mon
   (tmp_path / 'in.txt').write_text('5 6 7\n')
   for output, named in ((tmp_path, 'is a folder'), (tmp_path / 'no' / 'out.txt', 'no folder')):
     with pytest.raises(errors.UserError, match=named):
-      translate_command.run_translate(tiny_config(), run, str(tmp_path / 'in.txt'),
-                                      str(output))
+      translate_command.translate(tiny_config(), run, str(tmp_path / 'in.txt'),
+                                  str(output))
   with pytest.raises(errors.UserError, match='is a folder'):
     files.write_text(str(tmp_path), 'text\n')
   assert (tmp_path / 'in.txt').read_text() == '5 6 7\n'
@@ -124,7 +125,7 @@ def test_an_evaluation_is_published_whole(run, monkeypatch):
   """Its three files were published one by one: a kill between them left new hypotheses
   beside an old scores.json, and a .tmp-* file that no later run removed."""
   config = tiny_config()
-  evaluate.run_eval(config, run)
+  evaluate.evaluate(config, run)
   [name] = os.listdir(os.path.join(run, 'eval'))
   folder = os.path.join(run, 'eval', name)
   before = {f: open(os.path.join(folder, f)).read() for f in os.listdir(folder)}
@@ -135,14 +136,14 @@ def test_an_evaluation_is_published_whole(run, monkeypatch):
     write_text(path, text)
   monkeypatch.setattr(files, 'write_text', dies_at_the_second_file)
   with pytest.raises(KeyboardInterrupt):
-    evaluate.run_eval(config, run)
+    evaluate.evaluate(config, run)
   monkeypatch.undo()
   assert os.listdir(os.path.join(run, 'eval')) == [name]
   assert {f: open(os.path.join(folder, f)).read() for f in os.listdir(folder)} == before
   # A killed writer's temporary folder (its pid gone) is swept by the next evaluation.
   leftover = os.path.join(run, 'eval', f'.tmp-{files._host()}-{dead_pid()}-x')
   os.makedirs(leftover)
-  evaluate.run_eval(config, run)
+  evaluate.evaluate(config, run)
   assert not os.path.exists(leftover)
   assert os.listdir(os.path.join(run, 'eval')) == [name]  # the same evaluation: replaced
   [previous] = [n for n in os.listdir(run) if n.startswith('previous-')]
@@ -455,8 +456,8 @@ def test_a_full_disk_during_a_checkpoint_names_the_folder_once(run, monkeypatch)
   checkpointer = checkpoints.Checkpointer(run, keep=5)
   def full(*args, **kwargs):
     raise TENSORSTORE_FULL_DISK
-  monkeypatch.setattr(checkpointer._manager, 'save', full)
-  monkeypatch.setattr(checkpointer._manager, 'wait_until_finished', full)
+  monkeypatch.setattr(checkpoints.ocp.CheckpointManager, 'save', full)
+  monkeypatch.setattr(checkpoints.ocp.CheckpointManager, 'wait_until_finished', full)
   state = types.SimpleNamespace(step=np.int32(7), params={}, opt_state={}, rng=None)
   for call in (lambda: checkpointer.save(state, {}), checkpointer.wait):
     with pytest.raises(checkpoints.CheckpointWriteError) as info:

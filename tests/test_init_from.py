@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from helpers import TINY_CLI, make_config, tiny_config
-from t2t_jax import trainer
 from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.modes import train as trainer
 from t2t_jax.platform import errors
 from t2t_jax.platform.mesh import make_mesh
 from t2t_jax.run import init_from

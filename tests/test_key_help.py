@@ -36,11 +36,21 @@ def test_a_keys_doc_is_its_comment_or_the_block_above_it(tmp_path):
 def test_every_key_of_the_base_config_is_documented():
   config = loading.load_module(key_help.BASE, 'base_for_help').get_config()
   text = key_help.describe(config)
-  lines = [line for line in text.splitlines() if line.startswith('  ')]
+  # A key's line, then its doc's continuation lines (wrapped, never cut), under its '#'.
+  lines = [line for line in text.splitlines() if line.startswith('  ') and
+           not line.lstrip().startswith('#')]
   assert len(lines) == len(list(key_help._flat(config)))
   assert [line for line in lines if '  # ' not in line] == []
-  assert 'Other keys' not in text
+  assert 'Other keys' not in text and '…' not in text
+  assert all(len(line) <= 100 for line in text.splitlines() if '  # ' in line)
   assert "  warmup_steps = 4000  # §5.3" in text.splitlines()
+  all_lines = text.splitlines()
+  first = next(i for i, line in enumerate(all_lines) if line.startswith('  decode_params = '))
+  end = next((i for i in range(first + 1, len(all_lines))
+              if not all_lines[i].lstrip().startswith('#')), len(all_lines))
+  assert ' '.join(line.strip().lstrip('# ') for line in all_lines[first:end]).endswith(
+      "'best' = the checkpoint of lowest dev loss (of those at steps where training evaluated "
+      'the dev set).')
 
 
 def test_help_mode_lists_the_keys_of_a_config_or_of_a_run(cli, tiny_workdir):

@@ -3,6 +3,7 @@ what would be right, not a traceback, and nothing is done before it is found."""
 import errno
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -14,8 +15,11 @@ from absl.testing import flagsaver
 
 from experiments import table3
 from helpers import ROOT, tiny_config
+from t2t_jax import cli as cli_lib
 from t2t_jax import main
+from t2t_jax.config.modes import MODES
 from t2t_jax.model.transformer import ModelConfig, init_param_count
+from t2t_jax.modes import params as params_mode
 from t2t_jax.platform import errors
 
 
@@ -136,11 +140,12 @@ def test_traceback_flag_still_shows_the_traceback(cli, tmp_path):
 def test_only_user_errors_become_one_line(monkeypatch, error, one_line):
   """main prints errors.UserError (and the system refusing a write) as one line; anything
   else is a bug and propagates with its traceback, never dressed up as a config mistake."""
-  def dispatch():
+  def mode(config, workdir):
     raise error
-  monkeypatch.setattr(main, '_dispatch', dispatch)
+  monkeypatch.setattr(params_mode, 'run', mode)
   with flagsaver.flagsaver():
-    main.FLAGS(['t2t_jax', f'--config={os.path.join(ROOT, "experiments", "demo.py")}'])
+    main.FLAGS(['t2t_jax', f'--config={os.path.join(ROOT, "experiments", "demo.py")}',
+                '--mode=params'])
     if one_line:
       with pytest.raises(SystemExit) as stopped:
         main.main(['t2t_jax'])
@@ -169,6 +174,30 @@ def test_the_console_script_and_python_m_t2t_jax_are_the_command_line():
                                   'config.model?')
 
 
+@pytest.mark.e2e
+def test_help_answers_before_anything_heavy_is_imported():
+  """`--help` took 7 s and exited 1 with "Try --helpfull", naming no mode."""
+  code = ('import sys\nsys.argv = ["t2t-jax", "--help"]\ntry:\n  import t2t_jax.__main__\n'
+          'except SystemExit as e:\n  print("exit", e.code, "jax" in sys.modules)\n')
+  done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
+                        timeout=120)
+  assert done.stdout.splitlines()[-1] == 'exit 0 False', done.stderr[-2000:]
+  assert 'modes:' in done.stdout
+
+
+def test_help_lists_every_mode_with_its_line_and_the_flags(cli):
+  done = cli('--help')
+  assert done.returncode == 0, done.stderr[-2000:]
+  lines = done.stdout.splitlines()
+  listed = [line.split(maxsplit=1) for line in lines[lines.index('modes:') + 1:]
+            if re.match(r'  \S', line)]
+  assert [mode for mode, _ in listed[:len(MODES)]] == list(MODES)
+  for mode, text in listed[:len(MODES)]:  # each its module's docstring's first line, wrapped
+    assert cli_lib.summary(mode).startswith(text.strip()), mode
+  assert all(f'  --{flag}: ' in done.stdout for flag in cli_lib.OWN_FLAGS)
+  assert '--mode=help' in done.stdout and all(len(line) <= 100 for line in lines)
+
+
 # ------------------------------------- the command line in this process (helpers.run_main)
 
 
@@ -176,7 +205,7 @@ def test_commands_in_one_process_do_not_leak_into_each_other(cli, tiny_workdir):
   """main runs command after command in one process: an override given to one command (of
   a recorded run, without --config) is not given to the next, nor is a --config file's."""
   run = f'--workdir={tiny_workdir}'
-  assert cli(run, '--mode=params', '--config.beam_size=2').returncode == 0
+  assert cli(run, '--mode=params', '--config.model.dtype=float32').returncode == 0
   refused = cli(run, '--mode=params', '--config.vocab_size=33')
   assert 'config.vocab_size=33 contradicts' in refused.stderr
   again = cli(run, '--mode=params')

@@ -163,7 +163,7 @@ def test_progress_lines_appear_during_a_long_eval(log, every_update):
 
 def test_reading_and_encoding_a_files_corpus_log_progress(log, every_update, tmp_path,
                                                           monkeypatch):
-  monkeypatch.setattr(sources, '_CHUNK', 100)  # 600 pairs in 6 chunks
+  monkeypatch.setattr(sources, 'CHUNK_PAIRS', 100)  # 600 pairs in 6 chunks
   config = make_config(tmp_path, n_train=600)
   pipeline.get_datasets(config, str(tmp_path / 'workdir'), num_devices=1)
   reading = [m for m in log() if m.startswith('Reading the training text for the vocabulary: ')]

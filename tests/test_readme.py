@@ -1,6 +1,6 @@
-"""The README's commands as a user types them: the GPU quick start, then WORKSPACE.md's Table 2
-commands for that run, end to end at a tiny size on a CPU (the Python API example:
-tests/test_translator.py)."""
+"""The README's commands as a user types them: the GPU quick start (its set-up commands from
+docs/install.md), then WORKSPACE.md's Table 2 commands for that run, end to end at a tiny size
+on a CPU (the Python API example: tests/test_translator.py)."""
 import os
 import re
 import shlex
@@ -12,6 +12,7 @@ import pytest
 from helpers import ROOT, cpu_env
 
 README = os.path.join(ROOT, 'README.md')
+INSTALL = os.path.join(ROOT, 'docs', 'install.md')
 WORKSPACE = os.path.join(ROOT, 'WORKSPACE.md')
 # The quick start's commands at a tiny size: a synthetic task instead of WMT14, a small model,
 # a handful of steps with a checkpoint each (the five that --mode=average wants).
@@ -24,13 +25,19 @@ TINY_TRAINING = ['--config.dataset=synthetic', '--config.model.num_layers=1',
                  '--config.decode_tokens_per_batch=64', '--config.decode_extra_length=5']
 
 
-def quick_start() -> list[str]:
-  """The commands of the README's first bash block under its GPU quick start."""
-  text = open(README, encoding='utf-8').read()
-  section = text[text.index("## Train the paper's base model on your GPUs"):]
+def first_block(path: str, heading: str) -> list[str]:
+  """The commands of the first bash block under `heading` in `path`."""
+  text = open(path, encoding='utf-8').read()
+  section = text[text.index(heading):]
   block = re.search(r'```bash\n(.*?)```', section, re.S).group(1)
   return [line.split('  #')[0].strip() for line in block.splitlines()
           if line.strip() and not line.startswith('#')]
+
+
+def quick_start() -> list[str]:
+  """The GPU quick start: docs/install.md's set-up commands, then the README's."""
+  return (first_block(INSTALL, '## GPUs and TPUs')
+          + first_block(README, "## Train the paper's base model on your GPUs"))
 
 
 def table2_for(workdir: str) -> list[str]:

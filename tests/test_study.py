@@ -7,10 +7,11 @@ import os
 import pytest
 
 from helpers import ROOT
-from t2t_jax import study, trainer
 from t2t_jax.apps import evaluate
 from t2t_jax.model import transformer
 from t2t_jax.model.transformer import ModelConfig
+from t2t_jax.modes import study
+from t2t_jax.modes import train as trainer
 from t2t_jax.platform import errors
 from t2t_jax.run import recorded as recorded_lib
 
@@ -37,7 +38,7 @@ def read_jsonl(path):
 @pytest.fixture(scope='module')
 def studied(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp('study'))
-  results = study.run_study(TABLE3_FILE, ['A_h4', 'B_dk32'], TINY, workdir)
+  results = study.study_rows(TABLE3_FILE, ['A_h4', 'B_dk32'], TINY, workdir)
   return workdir, results
 
 
@@ -101,12 +102,12 @@ def test_a_second_run_resumes_finished_and_unfinished_rows(studied, monkeypatch)
 
   with monkeypatch.context() as patch:
     patch.setattr(trainer, 'train_and_evaluate', refuse)
-    patch.setattr(evaluate, 'run_eval', refuse)
+    patch.setattr(evaluate, 'evaluate', refuse)
     # A smaller decoding batch changes how a row is evaluated, not its numbers.
     again = {**TINY, 'decode_tokens_per_batch': 128}
-    assert study.run_study(TABLE3_FILE, ['A_h4', 'B_dk32'], again, workdir) == results
+    assert study.study_rows(TABLE3_FILE, ['A_h4', 'B_dk32'], again, workdir) == results
   # A larger budget: each row continues from its step 4, it does not start again.
-  longer = study.run_study(TABLE3_FILE, ['B_dk32'], {**TINY, 'num_train_steps': 6}, workdir)
+  longer = study.study_rows(TABLE3_FILE, ['B_dk32'], {**TINY, 'num_train_steps': 6}, workdir)
   invocations = read_jsonl(os.path.join(workdir, 'B_dk32', 'provenance.jsonl'))
   assert [i['first_step'] for i in invocations] == [1, 5]
   # The table keeps A_h4, which this invocation did not run, marked with how it differs.
@@ -134,14 +135,14 @@ def test_a_second_run_resumes_finished_and_unfinished_rows(studied, monkeypatch)
 ])
 def test_mistakes_are_refused_before_any_row_trains(tmp_path, rows, overrides, message):
   with pytest.raises(errors.UserError) as raised:
-    study.run_study(TABLE3_FILE, rows, overrides, str(tmp_path / 'study'))
+    study.study_rows(TABLE3_FILE, rows, overrides, str(tmp_path / 'study'))
   assert message in str(raised.value)
   assert not os.path.exists(tmp_path / 'study')
 
 
 def test_a_config_that_is_no_study(tmp_path):
   with pytest.raises(errors.UserError, match='needs a study file, with rows'):
-    study.run_study(os.path.join(ROOT, 'experiments', 'wmt_ende_base.py'), None, {},
+    study.study_rows(os.path.join(ROOT, 'experiments', 'wmt_ende_base.py'), None, {},
                     str(tmp_path))
 
 

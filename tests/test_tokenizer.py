@@ -129,7 +129,7 @@ def test_trains_on_a_bounded_sample(tmp_path, monkeypatch):
     seen['sample'] = sample
     raise RuntimeError('stop here')
 
-  monkeypatch.setattr(tokenizer_lib, '_train', fake_train)
+  monkeypatch.setattr(tokenizer_lib, 'train_bpe', fake_train)
   corpus = [f'sentence {i}' for i in range(5000)]
   with pytest.raises(RuntimeError, match='stop here'):
     tokenizer_lib.load_or_train(make_config(sample=300), str(tmp_path), lambda: iter(corpus))

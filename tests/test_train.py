@@ -1,6 +1,7 @@
 """The data-parallel train step: 8 devices equal 1, the loss falls, the loop writes metrics."""
 import json
 import os
+import re
 import shutil
 
 import jax
@@ -143,7 +144,7 @@ def test_each_micro_batch_draws_its_own_dropout():
   rng, model = jax.random.PRNGKey(3), Transformer(model_config)
   accumulate = jax.jit(lambda p, b: train_step._accumulated_grads(p, b, rng, model, 0.1, 2))
   _, sums = accumulate(params, batch)
-  each = [train_step._loss_sums(params, half, model, 0.1,
+  each = [train_step.loss_sums(params, half, model, 0.1,
                                 {'dropout': jax.random.fold_in(rng, i)})[0]
           for i in range(2)]
   assert float(each[0]) != float(each[1])
@@ -261,6 +262,27 @@ def test_train_mode_writes_metrics(cli, tmp_path):
   assert 'dev_loss' in events.Tags()['scalars']
 
 
+@pytest.mark.slow
+def test_the_demos_log_shows_the_run_before_its_first_step(cli, tmp_path):
+  """make demo's first command printed ~185 lines before its first step: a 90-line config
+  dump, JAX's backend probing and cache resets. Now: the run's own lines, the config named
+  in one, the batching in one; the command's last line states the result."""
+  result = cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
+               '--config.demo_num_train=1000', '--config.demo_num_eval=20',
+               '--config.vocab_size=500', '--config.num_train_steps=1',
+               '--config.model.num_layers=1', '--config.model.d_model=32',
+               '--config.model.d_ff=64', '--config.compile_ahead=false')
+  assert result.returncode == 0, result.stderr[-3000:]
+  lines = result.stderr.splitlines()
+  first_step = next(i for i, line in enumerate(lines) if '] step 1 ' in line)
+  assert first_step <= 15, '\n'.join(lines[:first_step])
+  assert all(re.search(r' (progress|tokenizer|id_cache|batching|recorded|train|xla)\.py:', line)
+             for line in lines[:first_step]), '\n'.join(lines[:first_step])
+  assert sum('Config: recorded in' in line for line in lines) == 1
+  assert sum("train: §5.1's length buckets (batching 'buckets')" in line for line in lines) == 1
+  assert result.stdout.startswith('Training finished 1 steps (of 1); loss ')
+
+
 def test_unknown_override_fails_before_training(cli, tmp_path):
   result = cli('--config=experiments/demo.py', f'--workdir={tmp_path}',
                '--config.dataset=synthetic', '--config.model.dropout_rate=-0.5')
@@ -274,7 +296,7 @@ def test_time_budget_ends_the_run_like_its_last_step(cli, tmp_path):
                '--config.train_minutes=1e-6', '--config.checkpoint_every_steps=0')
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'config.train_minutes=1e-06 reached at step 1.' in result.stderr
-  assert 'finished 1 steps (of 1000)' in result.stderr
+  assert result.stdout.startswith('Training finished 1 steps (of 1000); ')
   records = [json.loads(line) for line in open(tmp_path / 'metrics.jsonl')]
   assert [r['step'] for r in records if 'loss' in r] == [1]
   assert [r['step'] for r in records if 'dev_loss' in r] == [1]
@@ -286,7 +308,7 @@ def test_time_budget_ends_the_run_like_its_last_step(cli, tmp_path):
 def test_time_budget_counts_over_resumes(tmp_path):
   """config.train_minutes is the run's, as num_train_steps is, not each invocation's: every
   checkpoint records the seconds trained, and a resumed run trains for what is left."""
-  from t2t_jax import trainer
+  from t2t_jax.modes import train as trainer
   from t2t_jax.training import checkpoints
   config = tiny_step_config()
   config.update(num_train_steps=3, checkpoint_every_steps=1, checkpoint_every_minutes=0.0,

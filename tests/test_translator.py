@@ -27,10 +27,11 @@ from helpers import (
   run_process,
   tiny_config,
 )
-from t2t_jax import Hypothesis, Translator, translate_command
+from t2t_jax import Hypothesis, Translator
 from t2t_jax.decoding import batch_plan
 from t2t_jax.decoding.decode import length_penalty
 from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.modes import translate as translate_command
 from t2t_jax.platform import ahead, errors
 
 SENTENCES = ['5 6 7', '', '9 9 9 9 9 9 9 9', '3', '11 12']
@@ -194,9 +195,13 @@ def test_a_bad_stream_line_ends_the_stream_after_the_lines_before_it():
 
 def test_format_results_single_and_n_best():
   assert translate_command.format_results(['x y', '']) == 'x y\n\n'
-  text = translate_command.format_results([[Hypothesis('x y', -0.25), Hypothesis('x', -1.5)],
-                                           [Hypothesis('', 0.0)]], first_index=7)
-  assert text == '7 ||| x y ||| -0.250000\n7 ||| x ||| -1.500000\n8 |||  ||| 0.000000\n'
+  text = translate_command.format_results(
+      [[Hypothesis('x y', -0.25, -0.3, 1.2), Hypothesis('x', -1.5, -1.65, 1.1)],
+       [Hypothesis('', 0.0)]], first_index=7)
+  # Moses' four fields, as Marian writes them: a reranker reads them unchanged.
+  assert text == ('7 ||| x y ||| logP= -0.300000 lp= 1.200000 ||| -0.250000\n'
+                  '7 ||| x ||| logP= -1.650000 lp= 1.100000 ||| -1.500000\n'
+                  '8 |||  ||| logP= 0.000000 lp= 1.000000 ||| 0.000000\n')
 
 
 @pytest.mark.e2e
@@ -240,10 +245,21 @@ def test_n_best_on_the_command_line(cli, tiny_workdir, loaded, tmp_path):
   lines = (tmp_path / 'out.txt').read_text().splitlines()
   assert len(lines) == len(expected[0]) + 1 + len(expected[2])
   parsed = [line.split(' ||| ') for line in lines]
-  assert [(int(i), text) for i, text, _ in parsed] == [
+  assert [(int(i), text) for i, text, _, _ in parsed] == [
       (i, h.text) for i, hs in enumerate(expected) for h in hs]
   # Printed with 6 decimals, decoded in batches of other rows than the Python API's.
   assert_printed([s for *_, s in parsed], [h.score for hs in expected for h in hs], 6,
+                 rtol=REORDERED_F32)
+  # The features: log P(Y|X) as forced scoring computes it, and lp(Y) = ((5 + |Y|) / 6)^0.6
+  # of the output's length with EOS (§6.1), score = logP / lp.
+  features = [re.fullmatch(r'logP= (\S+) lp= (\S+)', f).groups() for _, _, f, _ in parsed]
+  hypotheses = [(i, h) for i, hs in enumerate(expected) for h in hs]
+  forced = loaded.score([['5 6 7', '', '11 12'][i] for i, _ in hypotheses],
+                        [h.text for _, h in hypotheses])
+  assert_printed([lp for _, lp in features],
+                 [((5 + len(f.tokens)) / 6) ** 0.6 if f.tokens else 1.0 for f in forced], 6,
+                 rtol=REORDERED_F32)
+  assert_printed([logp for logp, _ in features], [f.logprob for f in forced], 6,
                  rtol=REORDERED_F32)
   too_many = cli(*args, '--n_best=5')
   assert too_many.returncode != 0
@@ -422,7 +438,7 @@ def test_sampling_and_an_ensemble_on_the_command_line(cli, tiny_workdir, loaded,
       loaded.translate(LINES, n_best=3)).splitlines()]
   ensemble = [line.split(' ||| ') for line in outputs[2].splitlines()]
   assert [line[:2] for line in ensemble] == [line[:2] for line in alone]
-  assert_printed([line[2] for line in ensemble], [float(line[2]) for line in alone], 6,
+  assert_printed([line[3] for line in ensemble], [float(line[3]) for line in alone], 6,
                  rtol=REORDERED_F32)
   other = _changed_run(tmp_path, tiny_workdir, vocab_size=41)
   refused = cli(*args, f'--config.ensemble={other}')
@@ -590,7 +606,8 @@ def test_score_mode_writes_a_score_a_line(cli, tiny_workdir, loaded, tmp_path):
   expected = loaded.score(['5 6 7', '11 12', ''], ['8 9 10', '3', '4'])
   assert_printed(done.stdout.splitlines(), [s.score for s in expected], 6, rtol=REORDERED_F32)
   detailed = cli(*args, '--per_token', f'--output={tmp_path / "out"}')
-  assert detailed.returncode == 0 and detailed.stdout == '', detailed.stderr[-3000:]
+  assert detailed.returncode == 0, detailed.stderr[-3000:]
+  assert detailed.stdout == f'scored 3 pairs of {tmp_path / "src"} into {tmp_path / "out"}\n'
   fields = [line.split(' ||| ') for line in (tmp_path / 'out').read_text().splitlines()]
   assert [len(f[2].split()) for f in fields] == [4, 2, 2]  # tokens and EOS
   assert_printed([f[1] for f in fields], [s.logprob for s in expected], 6, rtol=REORDERED_F32)

@@ -22,8 +22,9 @@ import pytest
 
 from experiments import wmt_ende_base
 from helpers import ROOT, cpu_env, the_one_error, tiny_config
-from t2t_jax import Translator, translate_command
+from t2t_jax import Translator
 from t2t_jax.apps import attention_maps, evaluate, export
+from t2t_jax.modes import translate as translate_command
 from t2t_jax.platform import errors, files
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.platform.metrics import MetricWriter
@@ -168,7 +169,7 @@ def test_evaluations_are_not_written_into_a_linked_folder(run, victim, monkeypat
   plant(os.path.join(run, evaluate.EVAL), victim)
   monkeypatch.setattr(evaluate, 'Translator', None)  # refused before decoding
   with pytest.raises(files.LinkRefused, match='eval: a symbolic link'):
-    evaluate.run_eval(tiny_config(), run)
+    evaluate.evaluate(tiny_config(), run)
   assert_untouched(victim)
 
 
@@ -183,12 +184,12 @@ def test_checkpoints_are_not_written_into_a_linked_folder(tmp_path, victim):
 def test_attention_maps_are_not_written_through_links(run, victim, tmp_path):
   plant(os.path.join(run, 'attention'), victim)
   with pytest.raises(files.LinkRefused, match='attention: a symbolic link'):
-    attention_maps.run(tiny_config(), run, '5 6 7', None, layers=[0])
+    attention_maps.draw(tiny_config(), run, '5 6 7', None, layers=[0])
   assert_untouched(victim)
   # A map's own name planted as a link in the chosen folder: replaced, not followed.
   out = tmp_path / 'maps'
   plant(out / 'encoder_self_attention_layer0.png', victim / 'victim.txt')
-  paths = attention_maps.run(tiny_config(), run, '5 6 7', str(out), layers=[0])
+  paths = attention_maps.draw(tiny_config(), run, '5 6 7', str(out), layers=[0])
   assert str(out / 'encoder_self_attention_layer0.png') in paths
   assert not (out / 'encoder_self_attention_layer0.png').is_symlink()
   assert_untouched(victim)

@@ -41,9 +41,9 @@ def attention_weights(params: Any, model_config: ModelConfig, src: Sequence[int]
 def plot(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str],
          title: str, path: str) -> None:
   """One panel per head: rows are queries, columns keys, darker = more attention."""
-  import matplotlib  # only --mode=attention draws: importing it is slow
+  import matplotlib  # noqa: PLC0415 (only --mode=attention draws: importing it is slow)
   matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # after use('Agg'): no display needed
+  import matplotlib.pyplot as plt  # noqa: PLC0415 (after use('Agg'): no display needed)
   heads = weights.shape[0]
   cols = min(heads, 4)
   rows = -(-heads // cols)
@@ -84,8 +84,8 @@ def chosen_layers(layers: Sequence[int | str] | None, num_layers: int) -> list[i
   return chosen
 
 
-def run(config: ml_collections.ConfigDict, workdir: str, sentence: str, out_dir: str | None,
-        layers: Sequence[int | str] | None = None) -> list[str]:
+def draw(config: ml_collections.ConfigDict, workdir: str, sentence: str, out_dir: str | None,
+         layers: Sequence[int | str] | None = None) -> list[str]:
   """Translates `sentence`, then writes the heatmaps of `layers` (default: all)."""
   if config.ensemble:  # the heatmaps are of one model's attention
     raise errors.UserError(f'config.ensemble={config.ensemble!r}: --mode=attention plots the '

@@ -11,7 +11,6 @@ from typing import Any
 
 import jax
 import ml_collections
-from absl import logging
 
 from t2t_jax.apps.translator import Translator
 from t2t_jax.config import rules
@@ -75,11 +74,12 @@ def decoding_settings(translator: Translator, config: ml_collections.ConfigDict)
   return settings
 
 
-def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-  """--mode=eval: translates config.eval_split into eval/<eval_name>/{hypotheses,references,
-  scores}, the folder whole or not at all. scores.json also holds the split's loss
-  (label-smoothed), nll, perplexity (of the nll, per word-piece) and accuracy, teacher-forced
-  with the same parameters (with an ensemble, the workdir's alone)."""
+def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """Translates config.eval_split into eval/<eval_name>/{hypotheses,references,scores}, the
+  folder whole or not at all, and returns scores.json's content with the folder ('folder').
+  scores.json also holds the split's loss (label-smoothed), nll, perplexity (of the nll, per
+  word-piece) and accuracy, teacher-forced with the same parameters (with an ensemble, the
+  workdir's alone)."""
   if jax.process_index() == 0:  # before decoding: a read-only workdir costs seconds, not the run
     files.writable_folder(os.path.join(workdir, EVAL), workdir, 'the evaluation')
   translator = Translator(config, workdir, mode='eval')
@@ -107,10 +107,7 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         'hypotheses.txt': ''.join(h + '\n' for h in hypotheses),
         'references.txt': ''.join(one_line(r) + '\n' for r in evalset.references),
         'scores.json': json.dumps(scores, indent=2) + '\n'})
-  logging.info('%s BLEU of %s: sacreBLEU %.2f (%s), tokenized BLEU %.2f; written to %s',
-               config.eval_split, translator.source, scores['sacrebleu'],
-               scores['sacrebleu_signature'], scores['tok_bleu'], os.path.join(workdir, EVAL, name))
-  return scores
+  return {**scores, 'folder': os.path.join(workdir, EVAL, name)}
 
 
 def _publish(workdir: str, name: str, texts: dict[str, str]) -> None:

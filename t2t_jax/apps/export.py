@@ -322,7 +322,7 @@ def write_folder(contents: dict[str, bytes], output_dir: str) -> None:
     raise errors.UserError(f'--output={output_dir}: another process wrote it meanwhile')
 
 
-def run_export(config: ml_collections.ConfigDict, workdir: str, output_dir: str) -> None:
+def export_run(config: ml_collections.ConfigDict, workdir: str, output_dir: str) -> None:
   """--mode=export: the parameters translate would use (config.decode_params at
   config.restore_step) and the run's vocabulary, as a MarianMT folder at `output_dir`."""
   check_output_dir(output_dir)

@@ -34,7 +34,7 @@ from jax.sharding import PartitionSpec as P
 from t2t_jax.apps import arguments
 from t2t_jax.config import rules
 from t2t_jax.data import pipeline
-from t2t_jax.data.tokenizer import EOS_ID
+from t2t_jax.data.tokenizer import EOS_ID, PAD_ID
 from t2t_jax.decoding import batch_plan, decode, scoring
 from t2t_jax.decoding.batch_plan import INTERACTIVE_ROWS, Decoder, Sampling, one_line
 from t2t_jax.model.transformer import ModelConfig
@@ -45,9 +45,21 @@ from t2t_jax.run import params as params_lib
 
 
 class Hypothesis(NamedTuple):
-  """One translation of an n-best list: its text and its score."""
+  """One translation of an n-best list: its text and its score, and what the score is made of
+  (the features of a Moses n-best line)."""
   text: str
   score: float  # beam search: log P(Y|X) / lp(Y), §6.1; a sample: log P(Y|X) (higher: better)
+  logprob: float = 0.0  # log P(Y|X), EOS included
+  length_penalty: float = 1.0  # lp(Y) = ((5 + |Y|) / 6)^α of beam search; 1 for a sample
+
+
+def _hypothesis(text: str, score: float, ids: np.ndarray, alpha: float) -> Hypothesis:
+  """A Hypothesis with the log-probability and length penalty its score is made of (§6.1):
+  |Y| counts the output's tokens up to its EOS, included."""
+  ends = np.flatnonzero(ids == EOS_ID)
+  length = int(ends[0]) + 1 if len(ends) else int((ids != PAD_ID).sum())
+  penalty = float(decode.length_penalty(length, alpha))
+  return Hypothesis(text, score, score * penalty, penalty)
 
 
 class Translator:
@@ -237,14 +249,16 @@ class Translator:
           decoder, self.decoding_params, inputs, self.config, self.mesh, alpha=alpha,
           sampling=draws, max_rows=max_rows,
           max_length=self.max_input_length if max_rows else 0, show_progress=show_progress)
-    results = self._results(len(sentences), nonempty, outputs, scores, n_best)
+    penalized = method != 'sample'
+    alpha = (self.config.beam_alpha if alpha is None else alpha) if penalized else 0.0
+    results = self._results(len(sentences), nonempty, outputs, scores, n_best, alpha)
     return results[0] if single else results
 
   @contextlib.contextmanager
   def _shapes_ahead(self, decoder: Decoder, inputs: Sequence[Sequence[int]],
                     method: str) -> Iterator[Decoder]:
     """`decoder` compiled ahead for the batch shapes of `inputs` (batch_shapes), as the
-    trainer does for dev BLEU, with config.compile_ahead on a host with cores to spare
+    training loop does for dev BLEU, with config.compile_ahead on a host with cores to spare
     (ahead.default_threads): each length bucket is a compilation of the search, and on an
     accelerator they, not the decoding, take most of an evaluation's time. Elsewhere
     `decoder` as it is."""
@@ -260,10 +274,10 @@ class Translator:
                            settings=self._abstract_sampling if method == 'sample' else None)
 
   def _results(self, count: int, nonempty: list[int], outputs: list[np.ndarray],
-               scores: list[np.ndarray], n_best: int | None,
+               scores: list[np.ndarray], n_best: int | None, alpha: float,
                ) -> list[str] | list[list[Hypothesis]]:
     """The texts (n_best None), else the Hypothesis lists, of `count` sentences of which
-    those at `nonempty` were decoded."""
+    those at `nonempty` were decoded; `alpha` the length penalty's α (0: none, sampling)."""
     if n_best is None:
       texts = [''] * count
       for i, ids in zip(nonempty, outputs, strict=True):
@@ -272,7 +286,7 @@ class Translator:
     lists = [[Hypothesis('', 0.0)] for _ in range(count)]  # an empty line: the empty one
     for i, ids, score in zip(nonempty, outputs, scores, strict=True):
       # A slot that no hypothesis finished into holds -inf (decode.beam_search): dropped.
-      lists[i] = [Hypothesis(one_line(self.tokenizer.decode(row)), float(s))
+      lists[i] = [_hypothesis(one_line(self.tokenizer.decode(row)), float(s), row, alpha)
                   for row, s in zip(ids, score, strict=True) if np.isfinite(s)]
     return lists
 

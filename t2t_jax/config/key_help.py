@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import textwrap
 import tokenize
 from collections.abc import Iterator
 
@@ -19,7 +20,7 @@ BASE = os.path.join(loading.EXPERIMENTS, 'wmt_ende_base.py')
 _GROUP = re.compile(r'#\s*-{3,}\s*(.*?)\s*-{3,}\s*$')
 _ASSIGNMENT = re.compile(r'\s*config\.([\w.]+)\s*=')
 _SENTENCE_END = re.compile(r'(?<=\.)\s')
-_LONGEST = 110  # characters of a doc on its line
+_WIDTH = 100  # a longer line is wrapped, its doc continued under its '#'
 
 
 def documented_keys(path: str) -> Iterator[tuple[str, str, str]]:
@@ -52,9 +53,17 @@ def documented_keys(path: str) -> Iterator[tuple[str, str, str]]:
 
 
 def first_sentence(text: str) -> str:
-  """The first sentence of `text`, cut at _LONGEST characters."""
-  sentence = _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
-  return sentence if len(sentence) <= _LONGEST else sentence[:_LONGEST - 2].rstrip() + ' …'
+  """The first sentence of `text`, whole."""
+  return _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
+
+
+def _documented(line: str, doc: str) -> list[str]:
+  """`line  # doc`, wrapped at _WIDTH with the doc's next lines under its '#'."""
+  if not doc:
+    return [line]
+  indent = ' ' * min(len(line) + 2, 40) + '# '
+  return textwrap.wrap(f'{line}  # {doc}', _WIDTH, subsequent_indent=indent,
+                       break_long_words=False, break_on_hyphens=False)
 
 
 def _flat(config: ml_collections.ConfigDict, prefix: str = '') -> Iterator[tuple[str, object]]:
@@ -78,7 +87,7 @@ def describe(config: ml_collections.ConfigDict, files: tuple[str, ...] = (BASE,)
   for key in [k for k in docs if k in values] + [k for k in values if k not in docs]:
     group, doc = docs.get(key, ('', ''))
     line = f'  {key} = {values[key]!r}'
-    groups.setdefault(group or 'Other keys', []).append(f'{line}  # {doc}' if doc else line)
+    groups.setdefault(group or 'Other keys', []).extend(_documented(line, doc))
   text = [f'Config keys (--config.KEY=VALUE), their values here, and what each is; '
           f'{os.path.relpath(files[0])} says more.']
   for group, lines in groups.items():

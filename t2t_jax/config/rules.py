@@ -20,11 +20,9 @@ from typing import Any
 import jax
 import ml_collections
 
+from t2t_jax.config.modes import MODES
 from t2t_jax.platform import errors
 
-# main.py's --mode choices ('help' lists the config keys).
-MODES = ('train', 'params', 'average', 'translate', 'score', 'eval', 'attention', 'export',
-         'study', 'help')
 DATASETS = ('tfds', 'files', 'demo', 'synthetic')
 # §5.1's length buckets, or whole pairs packed into rows of one length (data/packing.py).
 BATCHINGS = ('buckets', 'packed')

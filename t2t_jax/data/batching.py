@@ -219,6 +219,9 @@ class TrainIterator:
       raise errors.UserError(
           f'config.tokens_per_batch={config.tokens_per_batch} cannot hold one '
           f'{int(self._grid[last])}-token row; raise it or lower config.max_length')
+    logging.info("train: §5.1's length buckets (batching 'buckets'), %d lengths of %d to %d "
+                 'tokens, up to %d tokens a batch', len(self._grid), self._grid[0],
+                 self._grid[-1], config.tokens_per_batch)
     return kept, [data_key, config.max_length, config.tokens_per_batch, config.seed,
                   config.bucket_growth, config.bucket_band, len(kept), _PLAN_VERSION]
 

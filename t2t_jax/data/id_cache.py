@@ -146,7 +146,7 @@ def load_or_encode(name: str, key: dict[str, Any], read: Callable[[], Iterator[P
     _discard(path)
   logging.info('Encoding the %s split into %s', name, path)
   with progress.Progress(f'Encoding the {name} split', size, 'pairs') as bar:
-    _save_atomically(path, key, functools.partial(
+    save_atomically(path, key, functools.partial(
         _encode_into, chunks=read(), tokenizer=tokenizer, cache_path=path, bar=bar))
   encoded = _load_cache(path)
   if encoded is None:
@@ -205,7 +205,7 @@ def _discard(path: str) -> None:
       shutil.rmtree(doomed, ignore_errors=True)
 
 
-def _save_atomically(path: str, key: str, write: Callable[[str], None]) -> None:
+def save_atomically(path: str, key: str, write: Callable[[str], None]) -> None:
   """Fills a temporary folder with write(folder), then renames it to `path`: the files reach
   the disk before the rename, and the rename before we return. Any error or interrupt
   removes the folder (a killed run's is swept by the next, `load_or_encode`); a full disk

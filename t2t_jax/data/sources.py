@@ -2,7 +2,7 @@
 
 A `Source` is one split (train, dev or test), checked before any work: files exist, line
 counts agree, the text is UTF-8 (a bad byte is named by file and line), and tfds data is
-prepared or downloadable (`_prepare_tfds`).
+prepared or downloadable (`prepare_tfds`).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from absl import logging
 from t2t_jax.data.id_cache import Pairs
 from t2t_jax.platform import errors
 
-_CHUNK = 50_000  # sentence pairs read and encoded at a time: bounds memory on WMT
+CHUNK_PAIRS = 50_000  # sentence pairs read and encoded at a time: bounds memory on WMT
 _PROBE_TIMEOUT_S = 3.0
 SPLITS = ('train', 'dev', 'test')
 
@@ -74,8 +74,9 @@ def _count_lines(path: str) -> int:
 
 def _read_file_pairs(source_path: str, target_path: str) -> Iterator[Pairs]:
   with open(source_path, 'rb') as fs, open(target_path, 'rb') as ft:
-    for first_line in itertools.count(1, _CHUNK):
-      raw_s, raw_t = list(itertools.islice(fs, _CHUNK)), list(itertools.islice(ft, _CHUNK))
+    for first_line in itertools.count(1, CHUNK_PAIRS):
+      raw_s = list(itertools.islice(fs, CHUNK_PAIRS))
+      raw_t = list(itertools.islice(ft, CHUNK_PAIRS))
       if not raw_s and not raw_t:
         return
       yield (decode_lines(source_path, first_line, raw_s),
@@ -105,7 +106,7 @@ def _tfds_sources(config: Any, names: tuple[str, ...], *,
   """Splits `names` of `config.tfds_name`, prepared (downloaded) first if `prepare`; without
   it (--mode=eval), an unprepared dataset is an error: evaluating must not start a download
   and preparation of the whole training corpus."""
-  builder = _tfds_builder(config)
+  builder = tfds_builder(config)
   languages = getattr(builder.info.features, 'languages', None) or []
   for flag in ('source_lang', 'target_lang'):
     if config[flag] not in languages:
@@ -117,13 +118,13 @@ def _tfds_sources(config: Any, names: tuple[str, ...], *,
           f'{config.tfds_name} is not prepared in {builder.data_dir_root}: evaluation '
           'reads prepared data only and never downloads; pass the '
           '--config.tfds_data_dir the training run used')
-    _prepare_tfds(builder, config)
+    prepare_tfds(builder, config)
   sources = {}
   for name in names:
     split = config[f'{name}_split']
     key = {'kind': 'tfds', 'name': config.tfds_name, 'version': str(builder.version),
            'data_dir': str(builder.data_dir), 'split': split}
-    read = functools.partial(_read_tfds_pairs, builder, split, config.source_lang,
+    read = functools.partial(read_tfds_pairs, builder, split, config.source_lang,
                              config.target_lang)
     label = f'{config.tfds_name} split {split!r} (config.{name}_split)'
     sources[name] = (Source(name, key, read, label, size=_tfds_size(builder, split))
@@ -157,10 +158,10 @@ def _wmt_extra() -> Iterator[None]:
         "install -e '.[wmt]'); or train on text files with --config.dataset=files") from e
 
 
-def _tfds_builder(config: Any) -> Any:
+def tfds_builder(config: Any) -> Any:
   with _wmt_extra():
-    import tensorflow as tf  # lazily: see _wmt_extra
-    import tensorflow_datasets as tfds  # lazily: see _wmt_extra
+    import tensorflow as tf  # noqa: PLC0415 (lazily: see _wmt_extra)
+    import tensorflow_datasets as tfds  # noqa: PLC0415 (lazily: see _wmt_extra)
   try:
     tf.config.set_visible_devices([], 'GPU')  # accelerator memory belongs to JAX
   except RuntimeError:  # TF already initialised its devices (an earlier call)
@@ -168,27 +169,27 @@ def _tfds_builder(config: Any) -> Any:
   return tfds.builder(config.tfds_name, data_dir=config.tfds_data_dir or None)
 
 
-def _read_tfds_pairs(builder: Any, split: str, source_lang: str,
+def read_tfds_pairs(builder: Any, split: str, source_lang: str,
                      target_lang: str) -> Iterator[Pairs]:
   with _wmt_extra():
-    import tensorflow_datasets as tfds  # lazily: see _wmt_extra
+    import tensorflow_datasets as tfds  # noqa: PLC0415 (lazily: see _wmt_extra)
   # tfds stores each pair non-English first; the languages are picked by name.
-  dataset = builder.as_dataset(split=split, shuffle_files=False).batch(_CHUNK)
+  dataset = builder.as_dataset(split=split, shuffle_files=False).batch(CHUNK_PAIRS)
   for chunk in tfds.as_numpy(dataset):
     yield ([s.decode('utf-8') for s in chunk[source_lang]],
            [t.decode('utf-8') for t in chunk[target_lang]])
 
 
-def _prepare_tfds(builder: Any, config: Any) -> None:
+def prepare_tfds(builder: Any, config: Any) -> None:
   """Downloads and prepares the dataset, or fails at once if that is impossible: offline,
   tfds would retry each download for minutes; a quick connection probe says at once what
   to do (prepare it elsewhere, download the archives by hand, or use files)."""
   with _wmt_extra():
-    import tensorflow_datasets as tfds  # lazily: see _wmt_extra
+    import tensorflow_datasets as tfds  # noqa: PLC0415 (lazily: see _wmt_extra)
   manual_dir = config.tfds_manual_dir or None
   needed = _urls_to_download(builder, manual_dir)
   hosts = sorted({_host_port(url) for url in needed})
-  unreachable = [host for host in hosts if not _reachable(host)]
+  unreachable = [host for host in hosts if not reachable(host)]
   if unreachable:
     raise DataUnavailableError(_offline_message(builder, config, needed, unreachable))
   logging.info('Downloading and preparing %s in %s', config.tfds_name, builder.data_dir_root)
@@ -200,7 +201,7 @@ def _required_urls(builder: Any) -> list[str]:
   """The archives `download_and_prepare` would fetch."""
   if hasattr(builder, 'subsets'):  # the WMT builders: only this pair's corpora
     with _wmt_extra():
-      from tensorflow_datasets.translate import wmt  # lazily: see _wmt_extra
+      from tensorflow_datasets.translate import wmt  # noqa: PLC0415 (lazily: see _wmt_extra)
     source = builder.builder_config.language_pair[0]
     return sorted({url for names in builder.subsets.values() for name in names
                    for url in wmt.DATASET_MAP[name].get_url(source)})
@@ -221,7 +222,7 @@ def _host_port(url: str) -> str:
   return f'{parts.hostname}:{parts.port or (443 if parts.scheme == "https" else 80)}'
 
 
-def _reachable(host: str) -> bool:
+def reachable(host: str) -> bool:
   """Whether 'name[:port]' accepts a TCP connection within a few seconds."""
   hostname, _, port = host.partition(':')
   try:

@@ -118,7 +118,7 @@ def load_or_train(config: Any, workdir: str, sample_texts: Callable[[], Iterable
                            'sentences') as bar:
       sample = reservoir_sample(bar.iterate(sample_texts()), config.vocab_sample_sentences,
                                 seed=_SAMPLE_SEED)
-    _train(sample, config.vocab_size, vocab_dir)
+    train_bpe(sample, config.vocab_size, vocab_dir)
   tokenizer = Tokenizer(model_path)
   if tokenizer.vocab_size != config.vocab_size:
     raise errors.UserError(
@@ -153,7 +153,7 @@ def reservoir_sample(items: Iterable[str], k: int, *, seed: int) -> list[str]:
     w *= math.exp(math.log(uniform()) / k)
 
 
-def _train(sample: list[str], vocab_size: int, vocab_dir: str) -> None:
+def train_bpe(sample: list[str], vocab_size: int, vocab_dir: str) -> None:
   """Trains the BPE model into a temporary folder, then moves it into place, the .model file
   last: its existence means the vocabulary is complete. Any error or interrupt removes the
   temporary folder; a killed run's is swept by the next one (`files.sweep_temp_dirs`)."""

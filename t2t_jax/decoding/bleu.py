@@ -25,7 +25,8 @@ def split_compounds(line: str) -> str:
 
 def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
   """`tokenizer.perl -l lang` (default options: escaping on, no aggressive dash splits)."""
-  from sacremoses import MosesTokenizer  # here: its import compiles many regular expressions
+  # Here: its import compiles many regular expressions.
+  from sacremoses import MosesTokenizer  # noqa: PLC0415
   tokenizer = MosesTokenizer(lang=lang)
   return [tokenizer.tokenize(line, return_str=True, escape=True) for line in lines]
 

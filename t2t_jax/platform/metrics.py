@@ -28,8 +28,8 @@ class MetricWriter:
     if not self._active:
       return
     # Lazily: TensorBoard's protos take ~0.3 s to import, which only training needs.
-    from tensorboard.compat.proto import event_pb2, summary_pb2
-    from tensorboard.summary.writer.record_writer import RecordWriter
+    from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: PLC0415
+    from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: PLC0415
     self._event, self._summary = event_pb2.Event, summary_pb2.Summary
     events_dir = files.make_folder(os.path.join(workdir, 'tensorboard'), workdir,
                                    'TensorBoard events')

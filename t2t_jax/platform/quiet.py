@@ -11,6 +11,7 @@ hook; anything that does not pass through orbax's code still shows.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import types
 
@@ -47,13 +48,22 @@ def _not_metadata_warning(record: logging.LogRecord) -> bool:
               and str(record.msg).startswith('Metadata file does not exist'))
 
 
+# The package's own files: their INFO lines are the run's log; the libraries' (JAX's backend
+# probing and cache resets, orbax's files) show from --verbosity=1 on.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
 class QuietLibraries(logging.Filter):
-  """Drops orbax's per-file INFO chatter, its metadata warning (drop_orbax_metadata_warning),
-  the tracebacks its background threads log for a full disk or a refused write (the training
-  loop names the folder in one line), and asyncio's reports of orbax tasks whose failure was
-  already raised to the caller. Other warnings still show."""
+  """Drops the libraries' INFO lines below --verbosity=1, orbax's per-file INFO chatter, its
+  metadata warning (drop_orbax_metadata_warning), the tracebacks its background threads log
+  for a full disk or a refused write (the training loop names the folder in one line), and
+  asyncio's reports of orbax tasks whose failure was already raised to the caller. Other
+  warnings still show."""
 
   def filter(self, record) -> bool:
+    if (record.levelno < logging.WARNING and not record.pathname.startswith(_PACKAGE)
+        and absl_logging.get_verbosity() < 1):
+      return False
     error = record.exc_info[1] if record.exc_info else None
     if record.name == 'asyncio' and error is not None:
       # An orbax task's failure, or a TensorStore read or write whose error (it ends in its

@@ -73,7 +73,6 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
     logging.warning('%s; averaging those.', message)
   mean = jax.tree_util.tree_map(lambda t, d: (t / len(chosen)).astype(d), total, dtypes)
   _publish_mean(workdir, chosen, mean)
-  logging.info('Averaged checkpoints %s into %s/%d', chosen, AVERAGED, chosen[-1])
   return chosen[-1], chosen
 
 

@@ -97,7 +97,9 @@ def save_config(workdir: str, config: ml_collections.ConfigDict) -> None:
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
     text = json.dumps(config_dict(config), indent=2) + '\n'
-    files.write_text(os.path.join(workdir, workdir_lib.CONFIG), text)
+    path = os.path.join(workdir, workdir_lib.CONFIG)
+    files.write_text(path, text)
+    logging.info('Config: recorded in %s (--mode=help --workdir=%s lists it)', path, workdir)
 
 
 def read(workdir: str, overrides: Sequence[str] = (), *, what: str = '',

@@ -311,7 +311,7 @@ def checkpoint_steps(workdir: str, subdir: str = CHECKPOINTS) -> list[int]:
 
 
 def read_data_state(workdir: str, step: int) -> dict:
-  """checkpoints/<step>/data: the input pipeline's position, and what trainer.py records beside
+  """checkpoints/<step>/data: the input pipeline's position, and what modes/train.py records beside
   it (the seconds trained)."""
   path = os.path.join(os.path.abspath(workdir), CHECKPOINTS, str(step), 'data')
   checkpointer = ocp.Checkpointer(ocp.JsonCheckpointHandler())

@@ -1,5 +1,5 @@
 """The training step (§5): the train state, the data-parallel train and eval steps (compiled by
-`compile_steps`, driven by trainer.py). Data parallelism is the pmap model written with
+`compile_steps`, driven by modes/train.py). Data parallelism is the pmap model written with
 `jax.shard_map` under `jax.jit` (mesh.py): over the mesh's one axis, 'data', parameters and
 optimizer state are replicated, batches split by rows, gradients and metrics summed."""
 from __future__ import annotations
@@ -52,7 +52,7 @@ def create_train_state(model: Transformer, tx: optax.GradientTransformation, see
   return jax.jit(init, out_shardings=replicated(mesh))()
 
 
-def _loss_sums(params: Any, batch: Batch, model: Transformer, label_smoothing: float,
+def loss_sums(params: Any, batch: Batch, model: Transformer, label_smoothing: float,
                rngs: dict[str, jax.Array] | None) -> tuple[jax.Array, losses.LossSums]:
   packed = {name: batch[key] for key, name in PACKED_ARGUMENTS.items() if key in batch}
   logits = model.apply({'params': params}, batch['inputs'], batch['targets'], rngs=rngs, **packed)
@@ -79,7 +79,7 @@ def _accumulated_grads(params: Any, batch: Batch, rng: jax.Array, model: Transfo
                      f'pad to a multiple of devices × {k} rows (as pipeline.get_datasets does)')
   # [k, rows / k, length]: micro-batch i is the device's rows i·rows/k .. (i + 1)·rows/k - 1.
   micro_batches = jax.tree_util.tree_map(lambda x: x.reshape(k, rows // k, *x.shape[1:]), batch)
-  grad_fn = jax.grad(functools.partial(_loss_sums, model=model, label_smoothing=label_smoothing),
+  grad_fn = jax.grad(functools.partial(loss_sums, model=model, label_smoothing=label_smoothing),
                      has_aux=True)
 
   def add_micro_batch(totals, i_and_batch):
@@ -103,7 +103,7 @@ def train_step(state: TrainState, batch: Batch, *, model: Transformer,
   # Per-device params: else shard_map's autodiff sums their cotangent and the psum sums it again.
   local_params = jax.lax.pcast(state.params, AXIS, to='varying')
   if grad_accum_steps == 1:
-    grads, sums = jax.grad(_loss_sums, has_aux=True)(local_params, batch, model, label_smoothing,
+    grads, sums = jax.grad(loss_sums, has_aux=True)(local_params, batch, model, label_smoothing,
                                                      {'dropout': rng})
   else:
     grads, sums = _accumulated_grads(local_params, batch, rng, model, label_smoothing,
@@ -118,7 +118,7 @@ def train_step(state: TrainState, batch: Batch, *, model: Transformer,
 
 def eval_step(params: Any, batch: Batch, *, model: Transformer, label_smoothing: float) -> Metrics:
   """Loss sums of this device's rows, summed over devices; no dropout."""
-  return _metric_sums(_loss_sums(params, batch, model, label_smoothing, rngs=None)[1], batch)
+  return _metric_sums(loss_sums(params, batch, model, label_smoothing, rngs=None)[1], batch)
 
 
 def compile_steps(model_config: ModelConfig, tx: optax.GradientTransformation,

@@ -7,9 +7,9 @@ them beside the paper's.
 Each row is a run of its own in DIR/<row>/ (resumable, open to every other mode): the row's
 config with the --config.* overrides, alike for every row (the budget, data, vocabulary and
 batch keys), evaluated as §6.2 did, "on the development set, newstest2013. We used beam search
-as described in the previous section, but no checkpoint averaging" (evaluate.run_eval).
+as described in the previous section, but no checkpoint averaging" (evaluate.evaluate).
 DIR/table3.md, table3.json and table3.png set each row beside Table 3's printed one. A finished
-row is not run again while its config stays the same (run_row). The study file names its rows:
+row is not run again while its config stays the same (train_row). The study file names its rows:
 `rows()` (in the table's order), `get_config(row)` and `paper_row(row)` (COLUMNS' keys).
 """
 from __future__ import annotations
@@ -26,11 +26,13 @@ from typing import Any
 import jax
 import ml_collections
 from absl import logging
+from ml_collections import config_flags
 
-from t2t_jax import trainer
+from t2t_jax import cli
 from t2t_jax.apps import evaluate
 from t2t_jax.config import loading, rules
 from t2t_jax.model.transformer import ModelConfig, init_param_count
+from t2t_jax.modes import train
 from t2t_jax.platform import errors, files
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.run import recorded as recorded_lib
@@ -92,7 +94,19 @@ def row_configs(study: types.ModuleType, rows: Sequence[str] | None,
   return configs
 
 
-def run_study(study_file: str, rows: Sequence[str] | None, overrides: Mapping[str, Any],
+def run(config: ml_collections.ConfigDict, workdir: str) -> str:
+  """The --config file's rows (--rows), each with every --config.* override."""
+  del config  # each row's own, from the study file
+  study_file, colon, row = config_flags.get_config_filename(cli.FLAGS['config']).partition(':')
+  if colon:
+    raise errors.UserError(f'--config={study_file}:{row}: --mode=study takes its rows from '
+                           f'--rows (--config={study_file} --rows={row})')
+  study_rows(study_file, cli.FLAGS.rows,
+             config_flags.get_override_values(cli.FLAGS['config']), workdir)
+  return f'wrote {workdir}/{TABLE_MD}, {TABLE_JSON} and {TABLE_PNG}'
+
+
+def study_rows(study_file: str, rows: Sequence[str] | None, overrides: Mapping[str, Any],
               workdir: str) -> list[dict[str, Any]]:
   """--mode=study: each row trained and evaluated, the tables and plot rewritten after each.
   Returns table3.json's rows, those an earlier invocation recorded (_earlier_row) included."""
@@ -104,7 +118,7 @@ def run_study(study_file: str, rows: Sequence[str] | None, overrides: Mapping[st
                ','.join(configs), workdir, dict(overrides) or 'none')
   results = {}
   for row, config in configs.items():
-    measured = run_row(row, config, os.path.join(workdir, row), workdir)
+    measured = train_row(row, config, os.path.join(workdir, row), workdir)
     results[row] = {'row': row, 'measured': measured, 'paper': study.paper_row(row)}
     table = [entry for r in study.rows()
              if (entry := results.get(r) or _earlier_row(study, r, overrides, workdir))]
@@ -132,7 +146,7 @@ def _earlier_row(study: types.ModuleType, row: str, overrides: Mapping[str, Any]
   return {'row': row, 'measured': measured, 'paper': study.paper_row(row)}
 
 
-def run_row(row: str, config: ml_collections.ConfigDict, row_dir: str, study_dir: str,
+def train_row(row: str, config: ml_collections.ConfigDict, row_dir: str, study_dir: str,
             ) -> dict[str, Any]:
   """One row: trained (resuming), evaluated on dev without averaging, recorded."""
   settings = recorded_lib.config_dict(config)
@@ -150,9 +164,9 @@ def run_row(row: str, config: ml_collections.ConfigDict, row_dir: str, study_dir
                     ', '.join(sorted(differ)))
   _share_vocabulary(config, row_dir, study_dir)
   logging.info('Row %s: training in %s', row, row_dir)
-  trainer.train_and_evaluate(config, row_dir)
+  logging.info('Row %s: %s', row, train.train_and_evaluate(config, row_dir))
   start = time.monotonic()
-  scores = evaluate.run_eval(config, row_dir)
+  scores = evaluate.evaluate(config, row_dir)
   measured = measure(config, scores, row_dir)
   measured['eval_minutes'] = round((time.monotonic() - start) / 60, 2)
   if jax.process_index() == 0:
@@ -172,7 +186,7 @@ def measure(config: ml_collections.ConfigDict, scores: Mapping[str, Any], row_di
   paper's (bleu.py); sacreBLEU is kept beside it."""
   model = ModelConfig.from_config(config)
   params = init_param_count(model)
-  trained_s = checkpoints.read_data_state(row_dir, scores['step']).get(trainer.TRAIN_SECONDS)
+  trained_s = checkpoints.read_data_state(row_dir, scores['step']).get(train.TRAIN_SECONDS)
   return {'N': model.num_layers, 'd_model': model.d_model, 'd_ff': model.d_ff,
           'h': model.num_heads, 'd_k': model.key_size, 'd_v': model.value_size,
           'P_drop': model.dropout_rate, 'eps_ls': config.label_smoothing,
@@ -282,9 +296,9 @@ def _cell(value: Any, key: str, printed: bool = False) -> str:
 
 def plot(results: list[dict[str, Any]], path: str) -> None:
   """Dev perplexity against parameters (measured and paper), and BLEU per row."""
-  import matplotlib  # only --mode=study and --mode=attention draw: importing it is slow
+  import matplotlib  # noqa: PLC0415 (only study and attention draw: importing it is slow)
   matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # after use('Agg'): no display needed
+  import matplotlib.pyplot as plt  # noqa: PLC0415 (after use('Agg'): no display needed)
   fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
   positions = range(len(results))
   for source, marker, shift in (('measured', 'o', -0.2), ('paper', 'x', 0.2)):

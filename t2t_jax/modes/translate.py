@@ -1,6 +1,9 @@
-"""`--mode=translate` and `--mode=score`, the Translator's (apps/translator.py) command line: a
-file read whole, or stdin as a stream whose lines are answered as they arrive (Marian's and
-fairseq-interactive's use), and the output formats (a line a translation, Moses' n-best, scores).
+"""Translate --input (a file, or - for stdin, answered line by line) with a trained run into
+--output (default: stdout); --n_best=K writes Moses n-best lists.
+
+The Translator's (apps/translator.py) command line: a file read whole, or stdin as a stream
+whose lines are answered as they arrive (Marian's and fairseq-interactive's use), and the
+output formats (a line a translation, Moses' n-best lists).
 """
 from __future__ import annotations
 
@@ -18,15 +21,16 @@ import jax
 import ml_collections
 from absl import logging
 
+from t2t_jax import cli
 from t2t_jax.apps.arguments import n_best_bound, n_best_limit
 from t2t_jax.apps.translator import Hypothesis, Translator
 from t2t_jax.data import sources
-from t2t_jax.decoding import scoring
 from t2t_jax.decoding.batch_plan import INTERACTIVE_ROWS
 from t2t_jax.platform import ahead, errors, files
 
-# --n_best=K output: K lines per input line, `INDEX ||| TRANSLATION ||| SCORE` (INDEX counted
-# from 0, best first): Moses' and Marian's n-best fields without their third, the features.
+# --n_best=K output: K lines per input line in the four fields of Moses' n-best lists (as
+# Marian writes them, which rerankers read): `INDEX ||| TRANSLATION ||| FEATURES ||| SCORE`,
+# INDEX counted from 0, best first, FEATURES `logP= log P(Y|X) lp= lp(Y)` (SCORE = logP / lp).
 NBEST_SEPARATOR = ' ||| '
 
 
@@ -38,7 +42,9 @@ def format_results(results: Sequence[str] | Sequence[Sequence[Hypothesis]],
     if isinstance(result, str):
       lines.append(result)
     else:
-      lines += [NBEST_SEPARATOR.join((str(index), h.text, f'{h.score:.6f}')) for h in result]
+      lines += [NBEST_SEPARATOR.join((str(index), h.text,
+                                      f'logP= {h.logprob:.6f} lp= {h.length_penalty:.6f}',
+                                      f'{h.score:.6f}')) for h in result]
   return ''.join(line + '\n' for line in lines)
 
 
@@ -114,9 +120,28 @@ def stream(translator: Translator, binary: BinaryIO, out: BinaryIO, *, name: str
   return done
 
 
-def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: str,
-                  output_path: str | None, *, n_best: int | None = None,
-                  stream_lines: int = 16, stream_wait_s: float = 0.1) -> None:
+def run(config: ml_collections.ConfigDict, workdir: str) -> str:
+  flags = cli.FLAGS
+  if flags.input is None:
+    raise errors.UserError('--mode=translate needs --input=FILE (or - for stdin)')
+  count = translate(config, workdir, flags.input, flags.output, n_best=flags.n_best,
+                    stream_lines=flags.stream_lines, stream_wait_s=flags.stream_wait)
+  return result_line('translated', count, 'lines', flags.input, flags.output)
+
+
+def result_line(done: str, count: int, what: str, input_path: str, output_path: str | None,
+                ) -> str:
+  """The command's last line: on stdout, or where stdout is the output, in the log."""
+  source = '<stdin>' if input_path == '-' else input_path
+  if output_path is None:
+    logging.info('%s %d %s of %s to stdout', done.capitalize(), count, what, source)
+    return ''
+  return f'{done} {count} {what} of {source} into {output_path}'
+
+
+def translate(config: ml_collections.ConfigDict, workdir: str, input_path: str,
+              output_path: str | None, *, n_best: int | None = None,
+              stream_lines: int = 16, stream_wait_s: float = 0.1) -> int:
   """--mode=translate: lines of `input_path` to `output_path` (None = stdout). A file is read
   whole and decoded in length-sorted batches; '-' (stdin) is a stream (`stream`), but read whole
   by multi-process runs, whose processes must decode the same batches. Line i of the output
@@ -138,13 +163,12 @@ def run_translate(config: ml_collections.ConfigDict, workdir: str, input_path: s
       # At the end of the input nothing more is compiled ahead (translator.close), and the
       # running compilations finish: XLA cannot stop one, and a thread not waited for aborts
       # the process as it exits.
-      count = stream(translator, sys.stdin.buffer, out, n_best=n_best, small_lines=stream_lines,
-                     wait_s=stream_wait_s, on_end=translator.close)
-    logging.info('Translated %d lines of <stdin>.', count)
-    return
+      return stream(translator, sys.stdin.buffer, out, n_best=n_best, small_lines=stream_lines,
+                    wait_s=stream_wait_s, on_end=translator.close)
+  lines = sources.read_lines(input_path)
   translator = Translator(config, workdir, mode='translate')
-  _write(format_results(translator.translate(sources.read_lines(input_path), n_best=n_best)),
-         output_path)
+  write(format_results(translator.translate(lines, n_best=n_best)), output_path)
+  return len(lines)
 
 
 def _stream_ahead(translator: Translator, stream_lines: int, n_best: int | None) -> None:
@@ -160,22 +184,7 @@ def _stream_ahead(translator: Translator, stream_lines: int, n_best: int | None)
   translator.compile_ahead(max_rows=stream_lines, n_best=n_best, wait=False, threads=threads)
 
 
-def run_score(config: ml_collections.ConfigDict, workdir: str, input_path: str,
-              reference_path: str, output_path: str | None, *, per_token: bool = False) -> None:
-  """--mode=score: each line of `reference_path` scored as the translation of the same line
-  of `input_path` (scoring.format_scores), to `output_path` (None = stdout)."""
-  if output_path is not None:
-    files.check_writable_file(output_path, 'the scores')
-  sources_, targets = sources.read_lines(input_path), sources.read_lines(reference_path)
-  if len(sources_) != len(targets):
-    raise errors.UserError(f'--input={input_path} has {len(sources_)} lines, '
-                           f'--reference={reference_path} {len(targets)}: give a reference '
-                           'line for each input line')
-  scored = Translator(config, workdir, mode='translate').score(sources_, targets)
-  _write(scoring.format_scores(scored, per_token=per_token), output_path)
-
-
-def _write(text: str, path: str | None) -> None:
+def write(text: str, path: str | None) -> None:
   """`text` to the file `path`, else to stdout as UTF-8 whatever the locale's encoding; by
   process 0 alone: one copy, however many processes decoded."""
   if jax.process_index() != 0:

@@ -1,8 +1,9 @@
-"""Training (§5.2): the loop that drives every stage of a run.
+"""Train a model (§5.2), or resume the run in --workdir: needs --config.
 
-data (§5.1) -> the compiled train step (train_step.py) -> logs and dev metrics -> checkpoints
-(checkpoints.py) -> dev BLEU with beam search (batch_plan.py), until num_train_steps,
-config.train_minutes, or SIGTERM/SIGINT (after a clean save).
+The loop that drives every stage of a run: data (§5.1) -> the compiled train step
+(train_step.py) -> logs and dev metrics -> checkpoints (checkpoints.py) -> dev BLEU with beam
+search (batch_plan.py), until num_train_steps, config.train_minutes, or SIGTERM/SIGINT (after
+a clean save).
 """
 from __future__ import annotations
 
@@ -111,9 +112,14 @@ def _is_due(step: int, every: int, last: int) -> bool:
   return (every > 0 and step % every == 0) or step == last
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
-  """Trains in `workdir`, which one trainer at a time may hold (workdir.training_lock);
-  raises StoppedBySignal after saving, when SIGTERM or SIGINT stopped the run."""
+def run(config: ml_collections.ConfigDict, workdir: str) -> str:
+  return train_and_evaluate(config, workdir)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> str:
+  """Trains in `workdir`, which one trainer at a time may hold (workdir.training_lock), and
+  returns the line that sums it up (steps, last metrics, latest checkpoint); raises
+  StoppedBySignal after saving, when SIGTERM or SIGINT stopped the run."""
   rules.validate(config, 'train')
   model_config = ModelConfig.from_config(config)
   workdir_lib.check_local(workdir)
@@ -121,8 +127,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
     return _train(config, model_config, workdir)
 
 
-def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir: str,
-           ) -> TrainState:
+def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir: str) -> str:
   """Set up, restore, loop {step, log, evaluate, checkpoint}, finish."""
   if config.restart:
     workdir_lib.move_aside(workdir, list(workdir_lib.RUN_OUTPUTS), 'config.restart=True')
@@ -188,10 +193,11 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
   compiled = [f for f in (train_fn, eval_fn, search) if f is not None]
   logging.info('Stepping waited %.1f s for compilations (%d times).',
                sum(f.blocked_s for f in compiled), sum(f.waits for f in compiled))
-  _log_summary(summary, step, config.num_train_steps, checkpointer, signum)
+  line = _summary_line(summary, step, config.num_train_steps, checkpointer, signum)
   if signum is not None:
+    logging.info('%s', line)
     raise StoppedBySignal(signum, step)
-  return state
+  return line
 
 
 def _compile_ahead(config: ml_collections.ConfigDict, model_config: ModelConfig,
@@ -367,12 +373,12 @@ def _dev_bleu(config: ml_collections.ConfigDict, model_config: ModelConfig, sear
   return {'dev_bleu': scores['sacrebleu']}
 
 
-def _log_summary(summary: dict[str, float], step: int, last: int,
-                 checkpointer: checkpoints.Checkpointer, signum: int | None) -> None:
+def _summary_line(summary: dict[str, float], step: int, last: int,
+                  checkpointer: checkpoints.Checkpointer, signum: int | None) -> str:
   how = (f'stopped by {signal.Signals(signum).name} at step {step}' if signum is not None
          else f'finished {step} steps')
   shown = ', '.join(f'{k} {v:.4g}' for k, v in summary.items()
                     if k in ('loss', 'perplexity', 'dev_loss', 'dev_perplexity', 'dev_accuracy',
                              'dev_bleu'))
-  logging.info('Training %s (of %d); %s; latest checkpoint: %s/%s', how, last,
-               shown or 'no metrics', checkpointer.directory, checkpointer.latest_step())
+  return (f'Training {how} (of {last}); {shown or "no metrics"}; latest checkpoint: '
+          f'{checkpointer.directory}/{checkpointer.latest_step()}')
