@@ -1,5 +1,5 @@
 """The built-in demo: a small Transformer on a generated English→German corpus, sized for
-a 2-core CPU (the README's first command: 3–7 minutes with setup, test BLEU above 90).
+a 2-core CPU (the README's first command; its runs' times and BLEU: WORKSPACE.md, Results).
 
 The corpus (t2t_jax/data/demo_corpus/) is a seeded grammar with German gender, case and
 verb-final subordinate clauses; it is written into WORKDIR/demo_corpus/ on first use.
