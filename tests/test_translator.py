@@ -288,9 +288,13 @@ def test_a_failed_stream_never_replaces_an_earlier_output_file(tmp_path):
     raise errors.UserError('<stdin>, line 2: invalid UTF-8')
   assert path.read_text() == 'an earlier result\n'
   assert (tmp_path / 'out.txt.partial').read_text() == 'first translation\n'
+  # The next stream keeps what the failed one translated (it was emptied without a word).
   with translate_command.stream_output(str(path)) as out:
     out.write(b'complete\n')
   assert path.read_text() == 'complete\n' and not (tmp_path / 'out.txt.partial').exists()
+  [kept] = [p for p in os.listdir(tmp_path) if p.startswith('out.txt.partial.')]
+  assert (tmp_path / kept).read_text() == 'first translation\n'
+
 
 
 def test_loading_a_run_warns_of_nothing(tiny_workdir, caplog):

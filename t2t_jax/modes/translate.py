@@ -8,6 +8,7 @@ output formats (a line a translation, Moses' n-best lists).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import os
 import queue
@@ -226,8 +227,9 @@ def stream_output(path: str | None) -> Iterator[BinaryIO]:
 def _claim(partial: str, path: str) -> BinaryIO:
   """PATH.partial, empty, opened (never through a link) and locked (flock) by this process; a
   lock held by another stream is an error naming `path`. The file locked must still be the one
-  named PATH.partial: its last holder may have renamed it to `path` in between."""
-  for _ in range(3):
+  named PATH.partial: its last holder may have renamed it to `path` in between. What a failed
+  stream left in it is kept, renamed to PATH.partial.<time>, not emptied."""
+  for _ in range(4):
     f = files.open_file(partial, 'ab', 'the translations')  # not emptied before it is ours
     try:
       fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -241,8 +243,12 @@ def _claim(partial: str, path: str) -> BinaryIO:
     except FileNotFoundError:
       current = None
     if current == os.fstat(f.fileno()).st_ino:
-      f.truncate(0)
-      return f
-    f.close()  # renamed to `path` by the stream that held it: open the new PATH.partial
+      if not os.fstat(f.fileno()).st_size:
+        return f
+      kept = f'{partial}.{datetime.datetime.now():%Y%m%d-%H%M%S-%f}'
+      os.rename(partial, kept)  # still locked: no other stream writes it meanwhile
+      logging.warning('%s held the translations of a stream that failed; kept them as %s',
+                      partial, kept)
+    f.close()  # renamed (by us, or to `path` by the stream that held it): open a new one
   raise errors.UserError(f'--output={path}: {partial} keeps being replaced by other '
                          'translations; name another --output')
