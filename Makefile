@@ -47,7 +47,7 @@ $(VENV)/.installed-test: pyproject.toml
 DEMO = $(PY) -m t2t_jax.main --config=experiments/demo.py --workdir=$(WORKDIR)
 
 # Train (resumes if interrupted), average the last checkpoints, translate five held-out
-# sentences, then score the whole held-out test split.
+# sentences, score the whole held-out test split, then draw the run's curves.
 demo: setup
 	$(DEMO) --mode=train
 	$(DEMO) --mode=average
@@ -56,6 +56,7 @@ demo: setup
 	$(DEMO) --mode=translate --input=$(WORKDIR)/examples.en --output=$(WORKDIR)/examples.de
 	@paste -d '\n' $(WORKDIR)/examples.en $(WORKDIR)/examples.de | sed 'n;s/^/  -> /'
 	$(DEMO) --mode=eval
+	$(DEMO) --mode=plot
 
 # Style and likely bugs (pyproject.toml's [tool.ruff]) and the package's layers
 # ([tool.importlinter]); `make test` runs it first, so a lint error fails the suite.

@@ -20,12 +20,28 @@ of the sentences (the mesh's data parallelism), and the JSON lines say how many.
 `--peer` times the PyTorch peer (benchmarks/peers/torch_decode.py: the same shapes, a
 growing key/value cache reordered each step) in the same process after ours, and prints the
 ratio: only ratios from one run count on a shared machine.
+
+  python benchmarks/decode.py --workdir RUN [--sentences N] [--threads 2] [--repeats 3]
+                              [--methods greedy,beam] [--engines t2t_jax,ct2_float32,...]
+
+With `--workdir`, instead: a trained run's test split (its source and reference files, the
+first N sentences) decoded on this host, in this one process, by each engine in turn: t2t_jax
+itself (Translator; a first call compiles its shapes), CTranslate2 float32 and int8
+(--config.export_format=ctranslate2) and the MarianMT export under transformers and torch
+(--mode=export), each exported to a temporary folder. A JSON line an engine and method:
+seconds (the fastest of --repeats calls after the first), sentences/s, sacreBLEU, and the
+lines equal to t2t_jax's. Greedy decoding is the same search everywhere; beam search ranks by
+each engine's length penalty (ours GNMT's ((5 + |Y|) / 6)^α, the others' |Y|^α:
+docs/export.md). CTranslate2 and torch run on `--threads` threads, t2t_jax on one CPU device
+a core (as --mode=translate).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
+import sys
 import time
 
 import common  # benchmarks/common.py: the repository on sys.path
@@ -90,10 +106,153 @@ def time_decode(params, src: np.ndarray, args: argparse.Namespace, model_config,
           'compile_seconds': round(compile_s, 1)}
 
 
+ENGINES = ('t2t_jax', 'ct2_float32', 'ct2_int8', 'marian')
+MARIAN_BATCH = 64  # sentences a transformers generate() call, sorted by length
+CT2_BATCH = 64  # CTranslate2's max_batch_size: it sorts a call's sentences by length too
+
+
+def test_split(config, workdir: str, sentences: int) -> tuple[list[str], list[str]]:
+  """The first `sentences` source and reference lines of the run's test split (0: all)."""
+  from t2t_jax.data import pipeline
+  origin = pipeline.eval_set_origin(config, workdir, 'test')
+  if isinstance(origin, str):
+    sys.exit(f'--workdir={workdir}: its test split is {origin}, not text files')
+  lines = []
+  for path in origin:
+    with open(path, encoding='utf-8') as f:
+      lines.append(f.read().splitlines()[:sentences or None])
+  return lines[0], lines[1]
+
+
+def t2t_jax_engine(config, workdir: str, folder: str, args):
+  """t2t_jax's Translator: method 'greedy' or 'beam' (config.beam_size, beam_alpha)."""
+  from t2t_jax.apps.translator import Translator
+  translator = Translator(config, workdir)
+  return lambda sentences, method: translator.translate(sentences, method=method,
+                                                        show_progress=False)
+
+
+def ct2_engine(config, workdir: str, folder: str, args, *, quantization: str):
+  """CTranslate2's Translator of `quantization`, with the options export_ct2 documents; the
+  export is made once, in `folder`."""
+  import ctranslate2
+  import sentencepiece as spm
+
+  from t2t_jax.apps import export_ct2
+  from t2t_jax.data import pipeline
+  exported = os.path.join(folder, 'ct2')
+  if not os.path.exists(exported):
+    config = config.copy_and_resolve_references()
+    config.export_format = 'ctranslate2'
+    export_ct2.export_run(config, workdir, exported)
+  vocabulary = pipeline.load_tokenizer(config, workdir)
+  banned = vocabulary.pieces(vocabulary.banned_ids(sampling=False))
+  sp = spm.SentencePieceProcessor(model_file=vocabulary.model_path)
+  translator = ctranslate2.Translator(os.path.join(exported, quantization),
+                                      compute_type=quantization, intra_threads=args.threads)
+
+  def translate(sentences, method):
+    batch = [sp.encode(s, out_type=str) for s in sentences]
+    options = export_ct2.decoding_options(
+        [len(pieces) for pieces in batch], banned,
+        beam_size=1 if method == 'greedy' else config.beam_size, alpha=config.beam_alpha,
+        max_input_length=config.max_decode_input_length, extra_length=config.decode_extra_length)
+    results = translator.translate_batch(batch, max_batch_size=CT2_BATCH, **options)
+    return [sp.decode(r.hypotheses[0]) for r in results]
+  return translate
+
+
+def marian_engine(config, workdir: str, folder: str, args):
+  """The MarianMT export under transformers and torch, in length-sorted batches."""
+  import torch
+  import transformers
+
+  from t2t_jax.apps import export
+  export.export_run(config, workdir, os.path.join(folder, 'marian'))
+  torch.set_num_threads(args.threads)
+  tokenizer = transformers.MarianTokenizer.from_pretrained(os.path.join(folder, 'marian'))
+  model = transformers.MarianMTModel.from_pretrained(os.path.join(folder, 'marian')).eval()
+
+  def translate(sentences, method):
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    out = [''] * len(sentences)
+    for start in range(0, len(order), MARIAN_BATCH):
+      rows = order[start:start + MARIAN_BATCH]
+      batch = tokenizer([sentences[i] for i in rows], return_tensors='pt', padding=True,
+                        truncation=True)
+      with torch.no_grad():
+        ids = model.generate(**batch, num_beams=1 if method == 'greedy' else config.beam_size,
+                             max_new_tokens=batch.input_ids.shape[1] + config.decode_extra_length)
+      for i, text in zip(rows, tokenizer.batch_decode(ids, skip_special_tokens=True),
+                         strict=True):
+        out[i] = text
+    return out
+  return translate
+
+
+# Each makes an engine: translate(sentences, method) -> their translations, in order.
+MAKERS = {'t2t_jax': t2t_jax_engine,
+          'ct2_float32': functools.partial(ct2_engine, quantization='float32'),
+          'ct2_int8': functools.partial(ct2_engine, quantization='int8'),
+          'marian': marian_engine}
+
+
+def time_engine(translate, name: str, method: str, sources: list[str], repeats: int) -> tuple:
+  """(the outputs, the fastest of `repeats` calls' seconds, their median, the first call's
+  seconds): t2t_jax's first call compiles its shapes; the others' warm up on 16 sentences."""
+  t0 = time.perf_counter()
+  translate(sources if name == 't2t_jax' else sources[:16], method)
+  first = time.perf_counter() - t0
+  walls = []
+  for _ in range(repeats):  # the fastest: the least disturbed by other processes
+    t0 = time.perf_counter()
+    outputs = translate(sources, method)
+    walls.append(time.perf_counter() - t0)
+  return outputs, min(walls), float(np.median(walls)), first
+
+
+def compare_engines(args: argparse.Namespace) -> None:
+  """--workdir: each engine × method as one JSON line (see the module docstring). One engine
+  lives at a time: two CTranslate2 Translators in one process slow each other down, idle or
+  not."""
+  import gc
+  import tempfile
+
+  import sacrebleu
+
+  from t2t_jax.run import recorded
+  config = recorded.read(args.workdir)
+  sources, references = test_split(config, args.workdir, args.sentences)
+  wanted = [name for name in ENGINES if name in args.engines.split(',')]
+  ours = {}
+  with tempfile.TemporaryDirectory() as folder:
+    for name in wanted:
+      translate = MAKERS[name](config, args.workdir, folder, args)
+      for method in args.methods.split(','):
+        load = os.getloadavg()[0]
+        outputs, seconds, median, first = time_engine(translate, name, method, sources,
+                                                      args.repeats)
+        if name == 't2t_jax':
+          ours[method] = outputs
+        line = {'benchmark': 'decode_engines', 'engine': name, 'method': method,
+                'sentences': len(sources), 'seconds': round(seconds, 2),
+                'sentences_per_s': round(len(sources) / seconds, 1),
+                'bleu': round(sacrebleu.corpus_bleu(outputs, [references]).score, 2)}
+        if method in ours:
+          line['lines_equal_to_t2t_jax'] = sum(
+              a == b for a, b in zip(outputs, ours[method], strict=True))
+        common.emit(line | {'seconds_median': round(median, 2), 'threads': args.threads,
+                            'cpu_count': os.cpu_count(), 'first_call_seconds': round(first, 2),
+                            'load_average_1min': round(load, 2)})
+      del translate
+      gc.collect()  # the engine's threads and memory go before the next one's
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--config', default='base', choices=sorted(common.CONFIGS))
-  parser.add_argument('--sentences', type=int, default=64)
+  parser.add_argument('--sentences', type=int, default=None,
+                      help='default 64; --workdir: all of the test split')
   parser.add_argument('--length', type=int, default=32)
   parser.add_argument('--beam', type=int, default=4)
   parser.add_argument('--extra-length', type=int, default=50)
@@ -102,11 +261,22 @@ def main() -> None:
   parser.add_argument('--devices', type=int, default=0,
                       help='CPU devices (0: one per core, as --mode=translate uses)')
   parser.add_argument('--peer', action='store_true', help='also the PyTorch peer')
+  parser.add_argument('--workdir', default='',
+                      help="a trained run: its test split by each engine (above) instead")
+  parser.add_argument('--threads', type=int, default=2, help='--workdir: CTranslate2, torch')
+  parser.add_argument('--methods', default='greedy,beam', help='--workdir: greedy, beam')
+  parser.add_argument('--engines', default=','.join(ENGINES), help='--workdir: of ' +
+                      ', '.join(ENGINES))
   args = parser.parse_args()
+  if args.sentences is None:
+    args.sentences = 0 if args.workdir else 64
   if args.devices:  # an explicit setting wins over configure_cpu's
     os.environ['XLA_FLAGS'] = (f"{os.environ.get('XLA_FLAGS', '')} "
                                f'{xla.DEVICE_COUNT_FLAG}={args.devices}')
   xla.configure_cpu(decoding=True)  # before anything starts JAX's CPU backend
+  if args.workdir:
+    compare_engines(args)
+    return
   model_config = ModelConfig.from_config(common.get_config(args.config)).replace(
       deterministic=True)
   dummy = np.ones((1, 2), np.int32)

@@ -121,8 +121,21 @@ def get_config() -> ml_collections.ConfigDict:
   # sentence's output limit is its own length + decode_extra_length.
   config.decode_bucket_growth = 2.0
   config.max_decode_input_length = 1024  # longer inputs are truncated, with a warning
+  # --mode=export writes 'marian' (a Hugging Face MarianMT folder) or 'ctranslate2'
+  # (CTranslate2 models, float32 and int8, for fast CPU inference); docs/export.md.
+  config.export_format = 'marian'
   config.eval_split = 'test'  # --mode=eval scores newstest2014 (§6.1); 'dev' = newstest2013
-  config.eval_bleu_every_steps = 0  # > 0: also dev BLEU during training (slow)
+  # > 0: also dev BLEU during training, a beam search of the dev set each time in the
+  # search's fixed shapes (its cost: docs/performance.md, Decoding)
+  config.eval_bleu_every_steps = 0
+  # --mode=eval's metrics, each with sacreBLEU's signature, beside the paper's tokenized
+  # BLEU: sacreBLEU's 'bleu' (its n-gram precisions, brevity penalty and length ratio too),
+  # 'chrf' (chrF2) and 'ter'.
+  config.eval_metrics = 'bleu,chrf,ter'
+  # > 0: stop training after this many dev evaluations in a row without a better
+  # early_stopping_metric; the paper trains a fixed number of steps (0 = off).
+  config.early_stopping_patience = 0
+  config.early_stopping_metric = 'dev_loss'  # or 'dev_bleu' (needs eval_bleu_every_steps)
 
   # ----- Checkpoints and averaging (§5.2, §6.1) -----
   # §6.1: checkpoints "written at 10-minute intervals", i.e. every 1500 steps at §5.2's 0.4 s
@@ -133,6 +146,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.checkpoint_every_steps = 1500
   config.checkpoint_every_minutes = 0.0  # > 0: also save every this many minutes
   config.keep_checkpoints = 20  # enough to average the last 20 (big)
+  # Besides those, the keep_best checkpoints of lowest dev loss (of those saved at steps
+  # where training evaluated the dev set) are never deleted (0 = none).
+  config.keep_best = 1
   config.average_last = 5  # §6.1: base averages the last 5 checkpoints
   config.average_allow_fewer = False  # True: average what exists (with a warning)
   # 'last' is §6.1's; 'best': the average_last checkpoints of lowest dev loss (those at steps

@@ -44,6 +44,10 @@ flags.DEFINE_integer('stream_lines', 16, 'translate --input=-: a batch of at mos
                      'length-sorted as a file is.', lower_bound=1)
 flags.DEFINE_float('stream_wait', 0.1, 'translate --input=-: seconds a batch takes the lines that '
                    'arrive after its first one.', lower_bound=0)
+flags.DEFINE_integer('port', 8000, 'serve: the TCP port to listen on.', lower_bound=0,
+                     upper_bound=65535)
+flags.DEFINE_string('host', '127.0.0.1', 'serve: the address to listen on (0.0.0.0: every '
+                    'interface; this machine alone by default).')
 flags.DEFINE_list('layers', None, 'attention: the layers to plot, e.g. 0,5 (default: all).')
 flags.DEFINE_list('rows', None, 'study: the rows of the study file (experiments/table3.py) to '
                   'train and evaluate, e.g. A_h1,A_h4,B_dk16 (default: every row).')
@@ -54,7 +58,7 @@ FLAGS = flags.FLAGS
 RECORDED_OVERRIDES: list[str] = []
 # This module's flags, in the order --help lists them.
 OWN_FLAGS = ('config', 'workdir', 'mode', 'input', 'output', 'reference', 'per_token', 'n_best',
-             'stream_lines', 'stream_wait', 'layers', 'rows', 'distributed',
+             'stream_lines', 'stream_wait', 'port', 'host', 'layers', 'rows', 'distributed',
              'distributed_start_timeout', 'distributed_timeout', 'traceback')
 # What asks for this module's help; absl's --helpfull still lists every flag of every library.
 HELP_ARGS = ('--help', '-help', '-h', '--helpshort', '-helpshort', '-?')

@@ -24,7 +24,18 @@ from ml_collections import config_flags
 from t2t_jax import cli
 from t2t_jax.config import command_line, rules, uses
 from t2t_jax.config.modes import RECORDED_MODES
-from t2t_jax.modes import attention, average, export, params, score, study, train, translate
+from t2t_jax.modes import (
+  attention,
+  average,
+  export,
+  params,
+  plot,
+  score,
+  serve,
+  study,
+  train,
+  translate,
+)
 from t2t_jax.modes import eval as eval_mode
 from t2t_jax.modes import help as help_mode
 from t2t_jax.platform import distributed, errors, quiet, xla
@@ -34,8 +45,8 @@ from t2t_jax.training import checkpoints
 
 # Each mode's module (t2t_jax/modes/): run(config, workdir) -> the line the command ends with.
 MODES = {'train': train, 'average': average, 'eval': eval_mode, 'translate': translate,
-         'score': score, 'attention': attention, 'export': export, 'params': params,
-         'study': study, 'help': help_mode}
+         'score': score, 'serve': serve, 'attention': attention, 'export': export, 'params': params,
+         'study': study, 'plot': plot, 'help': help_mode}
 FLAGS = cli.FLAGS
 
 
@@ -44,7 +55,7 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   quiet.install()  # one failure, one report: not the libraries' repeats of it
   # Before JAX's CPU backend starts: modes whose work is beam search run a device per core.
-  xla.configure_cpu(decoding=FLAGS.mode in ('translate', 'score', 'eval'))
+  xla.configure_cpu(decoding=FLAGS.mode in ('translate', 'score', 'eval', 'serve'))
   try:
     _dispatch()
   except BrokenPipeError:

@@ -27,7 +27,11 @@ PACKAGE = 't2t_jax'
 
 # Optional heavy dependencies that may be imported inside a function, so that the paths that
 # do not need them (the demo, the tests) do not pay seconds to import them. Submodules too.
-LAZY = ('tensorflow', 'tensorflow_datasets', 'matplotlib', 'tensorboard', 'sacremoses')
+LAZY = ('tensorflow', 'tensorflow_datasets', 'matplotlib', 'tensorboard', 'sacremoses',
+        'uvicorn', 'ctranslate2')
+# The package's modules that import an optional extra at their top (FastAPI): imported late
+# by the mode that needs them, so that the others run without the extra.
+LAZY_MODULES = ('t2t_jax.apps.server',)
 _LATE = re.compile(r'#\s*noqa:\s*PLC0415\b(.*)$')
 
 
@@ -49,6 +53,9 @@ def late_import_problems(source: str, label: str) -> list[str]:
       continue
     names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
              else [node.module or ''])
+    if isinstance(node, ast.ImportFrom) and all(f'{node.module}.{alias.name}' in LAZY_MODULES
+                                                for alias in node.names):
+      names = []
     where = f'{label}:{node.lineno}'
     problems += [f'{where}: {name} imported late: only {", ".join(LAZY)} may be'
                  for name in names if name.split('.')[0] not in LAZY]

@@ -470,3 +470,21 @@ def test_the_trained_search_decodes_a_runs_test_sentences(bench, tiny_workdir, t
   assert [(line['sentences'], line['source_length']) for line in lines] == [
       (-(-n // devices) * devices, 8) for n in (2, 5)]
   assert all(line['sentences_per_s'] > 0 and line['output_tokens'] > 0 for line in lines)
+
+
+@pytest.mark.e2e
+def test_serve_under_load_and_against_a_file(tiny_workdir, tmp_path):
+  """serve.py's lines at a tiny load: a server process of the tiny run, two loads of a second,
+  a short sentence alone, and the file's throughput with the ratio."""
+  pytest.importorskip('uvicorn', reason="the extra 'serve'")
+  sentences = tmp_path / 'test.txt'
+  sentences.write_text('5 6 7\n11 12\n3 4 5 6\n')
+  lines = run_script('serve.py', f'--workdir={tiny_workdir}', f'--sentences={sentences}',
+                     '--seconds=1', '--clients=1,2', '--single=2', '--short=5 6')
+  assert [line['benchmark'] for line in lines] == ['serve_start', 'serve_single_short', 'serve',
+                                                   'serve', 'serve_file_baseline']
+  assert [line['clients'] for line in lines[2:4]] == [1, 2]
+  assert all(line['failed'] == 0 and line['requests'] > 0 for line in lines[2:4])
+  assert set(lines[4]) == {'benchmark', 'sentences', 'seconds', 'sentences_per_s',
+                           'serve_ratio', 'serve_clients'}
+  assert lines[4]['sentences'] == 3 and lines[4]['serve_clients'] == 2

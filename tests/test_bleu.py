@@ -1,5 +1,6 @@
 """BLEU against the sacrebleu command line and against the steps of get_ende_bleu.sh."""
-import os
+import json
+import re
 import subprocess
 import sys
 
@@ -16,19 +17,60 @@ REFERENCES = ['Der Hund sieht einen Ball.', 'Die Frau liest ein langes Buch im G
               'Das ist ein "Test" und mehr.']
 
 
+def sacrebleu_command_line(ref, hyp, *args: str) -> str:
+  """`python -m sacrebleu REF -i HYP -m bleu chrf ter ARGS`: its standard output."""
+  return subprocess.run([sys.executable, '-m', 'sacrebleu', str(ref), '-i', str(hyp), '-m',
+                         'bleu', 'chrf', 'ter', *args], capture_output=True, text=True,
+                        check=True).stdout
+
+
+def assert_equals_the_command_line(scores, ref, hyp):
+  """Every figure of bleu.bleu_scores(..., metrics=bleu,chrf,ter) is sacreBLEU's command line's
+  on the files REF and HYP, to the precision it prints: each score with 6 decimals (-w 6) and
+  its signature; BLEU's n-gram precisions with 1, its brevity penalty and ratio with 3, its
+  lengths whole; and bleu.report's lines are its text lines (-w 2)."""
+  printed = json.loads(sacrebleu_command_line(ref, hyp, '-f', 'json', '-w', '6'))
+  by_name = {entry['name']: entry for entry in printed}
+  assert sorted(by_name) == sorted(scores[name]['name'] for name in ('bleu', 'chrf', 'ter'))
+  for name in ('bleu', 'chrf', 'ter'):
+    entry = by_name[scores[name]['name']]
+    assert scores[name]['signature'] == entry['signature']
+    assert_printed([entry['score']], [scores[name]['score']], 6)
+  assert (scores['sacrebleu'], scores['sacrebleu_signature']) == (
+      scores['bleu']['score'], scores['bleu']['signature'])
+  verbose = re.fullmatch(r'(\S+)/(\S+)/(\S+)/(\S+) \(BP = (\S+) ratio = (\S+) hyp_len = (\d+) '
+                         r'ref_len = (\d+)\)', by_name['BLEU']['verbose_score']).groups()
+  got = scores['bleu']
+  assert_printed(verbose[:4], got['precisions'], 1)
+  assert_printed(verbose[4:6], [got['bp'], got['ratio']], 3)
+  assert [int(n) for n in verbose[6:]] == [got['hyp_len'], got['ref_len']]
+  text = sacrebleu_command_line(ref, hyp, '-f', 'text', '-w', '2')
+  assert [line.strip() for line in text.splitlines()] == bleu.report(scores)[:3]
+
+
 @pytest.mark.e2e
 def test_sacrebleu_equals_the_command_line(tmp_path):
   hyp, ref = tmp_path / 'hyp.txt', tmp_path / 'ref.txt'
   hyp.write_text('\n'.join(HYPOTHESES) + '\n', encoding='utf-8')
   ref.write_text('\n'.join(REFERENCES) + '\n', encoding='utf-8')
-  cli = os.path.join(os.path.dirname(sys.executable), 'sacrebleu')
-  out = subprocess.run([cli, str(ref), '-i', str(hyp), '-b', '-w', '6'], capture_output=True,
-                       text=True, check=True).stdout
-  scores = bleu.bleu_scores(HYPOTHESES, REFERENCES, target_lang='de')
-  assert_printed([out.strip()], [scores['sacrebleu']], 6)  # printed with 6 decimals (-w 6)
-  sig = subprocess.run([cli, str(ref), '-i', str(hyp)], capture_output=True, text=True,
-                       check=True).stdout
-  assert scores['sacrebleu_signature'] in sig
+  scores = bleu.bleu_scores(HYPOTHESES, REFERENCES, target_lang='de', metrics=bleu.METRICS)
+  assert_equals_the_command_line(scores, ref, hyp)
+  assert 0 < scores['bleu']['bp'] <= 1 and 0 < scores['ter']['score'] < 100
+
+
+def test_the_metrics_asked_for_and_no_others():
+  """Training's dev BLEU (the default) costs no chrF or TER; config.eval_metrics chooses any
+  of the three, the paper's tokenized BLEU always beside them."""
+  every = bleu.bleu_scores(HYPOTHESES, REFERENCES, target_lang='de', metrics=bleu.METRICS)
+  default = bleu.bleu_scores(HYPOTHESES, REFERENCES, target_lang='de')
+  assert default == {k: v for k, v in every.items() if k not in ('chrf', 'ter')}
+  assert bleu.bleu_scores(HYPOTHESES, REFERENCES, target_lang='de', metrics=('bleu',)) == default
+  chrf = bleu.bleu_scores(HYPOTHESES, REFERENCES, target_lang='de', metrics=('chrf',))
+  assert chrf == {'tok_bleu': every['tok_bleu'], 'chrf': every['chrf']}
+  assert [line.split(' = ')[0].split('|')[0] for line in bleu.report(chrf)] == [
+      'chrF2', "tokenized BLEU (the paper's, §6.1)"]
+  with pytest.raises(ValueError, match='meteor'):
+    bleu.bleu_scores(HYPOTHESES, REFERENCES, target_lang='de', metrics=('bleu', 'meteor'))
 
 
 def test_compound_splitting_matches_the_perl_rule():

@@ -14,9 +14,12 @@ import pytest
 from experiments import demo
 from helpers import COMMAND, ROOT, cpu_env
 from t2t_jax.model.transformer import ModelConfig, Transformer
+from t2t_jax.modes import average as average_mode
 from t2t_jax.modes import train as trainer
 from t2t_jax.platform import mesh as mesh_lib
+from t2t_jax.platform import metrics as metrics_lib
 from t2t_jax.run import averaging, vocabulary
+from t2t_jax.run import dev_loss as dev_loss_lib
 from t2t_jax.run import params as params_lib
 from t2t_jax.training import checkpoints, optim, train_step
 
@@ -483,3 +486,99 @@ def test_config_mistakes_fail_before_compiling(cli, tmp_path, override, message)
   done = cli(*cli_args(tmp_path, override, *extra))
   assert done.returncode != 0 and message in done.stderr
   assert not os.path.exists(tmp_path / 'checkpoints')
+
+
+def _save_steps(checkpointer, state, losses):
+  """Saves a checkpoint at each step of `losses` ({step: dev loss or None: not evaluated})."""
+  for step, loss in losses.items():
+    checkpointer.save(state.replace(step=state.step * 0 + step), {'position': step},
+                      metrics=None if loss is None else {'dev_loss': loss})
+    checkpointer.wait()
+
+
+def test_the_best_checkpoints_survive_the_rotation_and_a_resume(tmp_path):
+  """keep=2, keep_best=2: the last two and the two of lowest dev loss stay, through orbax's
+  preservation policies, also for a checkpointer that reopens the folder (a resumed run)."""
+  state = _template(tiny_config())
+  with checkpoints.Checkpointer(str(tmp_path), keep=2, keep_best=2) as checkpointer:
+    _save_steps(checkpointer, state, {1: 3.0, 2: None, 3: 1.5, 4: 2.5, 5: None, 6: 1.0,
+                                      7: None, 8: 4.0, 9: None})
+    assert checkpointer.steps() == [3, 6, 8, 9]
+    assert checkpointer.best_step() == 6
+  with checkpoints.Checkpointer(str(tmp_path), keep=2, keep_best=2) as checkpointer:
+    _save_steps(checkpointer, state, {10: None, 11: 2.0, 12: None, 13: None})
+    assert checkpointer.steps() == [3, 6, 12, 13]
+    _save_steps(checkpointer, state, {14: 0.5})
+    assert checkpointer.steps() == [6, 13, 14]
+  assert checkpoints.checkpoint_steps(str(tmp_path)) == [6, 13, 14]
+
+
+def test_keep_best_zero_keeps_the_last_only(tmp_path):
+  state = _template(tiny_config())
+  with checkpoints.Checkpointer(str(tmp_path), keep=2, keep_best=0) as checkpointer:
+    _save_steps(checkpointer, state, {1: 0.5, 2: 3.0, 3: 2.0})
+    assert checkpointer.steps() == [2, 3]
+
+
+@pytest.mark.slow
+def test_training_keeps_the_checkpoint_of_lowest_dev_loss(tmp_path):
+  """The training loop gives each checkpoint its step's dev loss: the ones kept are the last
+  and the lowest of metrics.jsonl's (ties to the later step), whichever that is."""
+  workdir = str(tmp_path)
+  summary = trainer.train_and_evaluate(tiny_config(
+      eval_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=1, keep_best=1,
+      average_last=1), workdir)
+  losses = metrics_lib.dev_losses(workdir)
+  assert sorted(losses) == [2, 4, 6, 8, 10, 12]
+  best = min(losses, key=lambda s: (losses[s], -s))
+  assert checkpoints.checkpoint_steps(workdir) == sorted({best, STEPS})
+  assert summary.endswith(f'kept as the best: checkpoints/{best}')
+  with open(os.path.join(workdir, 'checkpoints', str(best), 'metrics', 'metrics')) as f:
+    assert json.load(f)['dev_loss'] == losses[best]
+
+
+@pytest.mark.slow
+def test_average_measures_its_dev_loss_beside_its_checkpoints(tmp_path):
+  """--mode=average's dev losses are training's dev loss (metrics.jsonl's, for the same
+  checkpoints), recorded in steps.json and named where decoding loads the average."""
+  workdir = str(tmp_path)
+  config = tiny_config(eval_every_steps=4, average_last=3)
+  trainer.train_and_evaluate(config, workdir)
+  line = average_mode.run(config, workdir)
+  record = params_lib.average_record(workdir, 12)
+  assert record.steps == [4, 8, 12]
+  recorded = metrics_lib.dev_losses(workdir)
+  for step, loss in record.members_dev_loss.items():  # float32 sums of the same batches
+    np.testing.assert_allclose(loss, recorded[step], rtol=1e-6)
+  low, high = min(record.members_dev_loss.values()), max(record.members_dev_loss.values())
+  assert line.endswith(f": dev loss {record.dev_loss:.4f}, its checkpoints' {low:.4f}–{high:.4f}")
+  loaded = params_lib.load_params(workdir)
+  assert loaded.dev_loss == record.dev_loss
+  assert loaded.describe() == (f'averaged/12 (the mean of checkpoints [4, 8, 12]; dev loss '
+                               f'{record.dev_loss:.4f})')
+  assert params_lib.load_params(workdir, which='checkpoint').dev_loss == recorded[12]
+
+
+def test_an_average_worse_than_its_best_checkpoint_is_a_warning(tmp_path, monkeypatch, caplog):
+  """The dev losses here are given (members measured newest first, then the mean)."""
+  workdir = str(tmp_path)
+  config = tiny_config(num_train_steps=8, average_last=2)
+  trainer.train_and_evaluate(config, workdir)
+  given = iter([2.5, 2.0, 2.25])  # checkpoints 8, 4, then their mean
+
+  class GivenDevLoss:
+    def __init__(self, config, workdir):
+      pass
+
+    def __call__(self, params):
+      return next(given)
+
+  monkeypatch.setattr(dev_loss_lib, 'DevLoss', GivenDevLoss)
+  caplog.set_level('INFO')
+  line = average_mode.run(config, workdir)
+  assert line.endswith("averaged/8: dev loss 2.2500, its checkpoints' 2.0000–2.5000")
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert any(m.startswith('The average is worse on the dev set than its best checkpoint: dev '
+                          'loss 2.2500 against 2.0000 of checkpoints/4.') and
+             '--config.decode_params=best' in m for m in warnings), warnings
+  assert 'Dev loss of averaged/8: 2.2500; of its checkpoints: 4: 2.0000, 8: 2.5000.' in caplog.text

@@ -204,9 +204,11 @@ BAD_VALUES = [
     ('ensemble_weights', None), ('lr_schedule', 'cosine'), ('learning_rate', -1.0),
     ('average_select', 'worst'),
     ('decode_extra_length', -1), ('decode_tokens_per_batch', -1), ('decode_bucket_growth', 0.5),
-    ('max_decode_input_length', 0),
+    ('max_decode_input_length', 0), ('export_format', 'onnx'),
     ('eval_split', 'valid'), ('eval_bleu_every_steps', -1), ('checkpoint_every_minutes', -10.0),
     ('checkpoint_every_steps', -1), ('keep_checkpoints', 0), ('average_last', 0),
+    ('keep_best', -1), ('early_stopping_patience', -2), ('early_stopping_metric', 'bleu'),
+    ('eval_metrics', ''),
     ('average_allow_fewer', None), ('restore_step', -1), ('restart', None),
     ('decode_params', 'latest'), ('decode_params', ''), ('compilation_cache_dir', None),
 ]
@@ -316,6 +318,11 @@ def test_model_rules_cover_every_model_config_field():
     ({'model.positional': 'learned', 'decode_extra_length': 512},
      r'config\.decode_extra_length: must be < config\.model\.max_len \(512\)'),
     ({'sample_top_k': 37001}, r'config\.sample_top_k: must be ≤ config\.vocab_size \(37000\)'),
+    ({'eval_metrics': 'bleu,meteor'}, r"config\.eval_metrics='bleu,meteor': name one or more "
+     r'of bleu, chrf, ter'),
+    ({'early_stopping_patience': 3, 'early_stopping_metric': 'dev_bleu'},
+     r"config\.early_stopping_metric='dev_bleu': needs dev BLEU during training, "
+     r'config\.eval_bleu_every_steps > 0'),
     # A packed row: it left the longer pairs out with an INFO line, or 1e8 tokens failed in
     # XLA's allocator after a compilation.
     ({'batching': 'packed', 'pack_length': 255},

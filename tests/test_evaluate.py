@@ -1,9 +1,11 @@
 """Translation and evaluation modes: batching, input order, awkward inputs, output files.
 
 The tiny trained run (`tiny_workdir`, conftest.py) is shared with test_translator.py."""
+import hashlib
 import json
 import logging
 import os
+import re
 
 import jax
 import numpy as np
@@ -14,8 +16,11 @@ from t2t_jax.apps import evaluate
 from t2t_jax.apps.translator import Translator
 from t2t_jax.decoding import bleu
 from t2t_jax.decoding.batch_plan import decoding_batches
+from t2t_jax.modes import eval as eval_mode
 from t2t_jax.modes import train as trainer
+from t2t_jax.platform import errors
 from t2t_jax.run import averaging
+from test_bleu import assert_equals_the_command_line
 
 
 @pytest.fixture
@@ -79,17 +84,94 @@ def test_translate_and_eval_modes(cli, workdir, tmp_path):
   refs = open(os.path.join(out_dir, 'references.txt')).read().splitlines()
   scores = json.load(open(os.path.join(out_dir, 'scores.json')))
   assert len(hyps) == len(refs) == scores['sentences'] > 0
-  expected = bleu.bleu_scores(hyps, refs, target_lang='de')
-  assert scores['sacrebleu'] == pytest.approx(expected['sacrebleu'])
-  assert scores['tok_bleu'] == pytest.approx(expected['tok_bleu'])
+  # Every metric of config.eval_metrics (by default all three), as bleu.py computes them
+  # (a float survives JSON exactly).
+  expected = bleu.bleu_scores(hyps, refs, target_lang='de', metrics=bleu.METRICS)
+  assert {k: scores[k] for k in expected} == expected
   assert scores['sacrebleu_signature'].startswith('nrefs:1|case:mixed')
   assert scores['params'] == 'checkpoints/6'
+  # The evaluated split, named: the synthetic task has no file, so its name and the hash of
+  # the file its sentences would make (references.txt, for the reference side).
+  reference = scores['eval_set']['reference']
+  assert (reference['path'], reference['lang'], reference['lines']) == (
+      'synthetic:test', 'de', len(refs))
+  with open(os.path.join(out_dir, 'references.txt'), 'rb') as f:
+    assert reference['sha256'] == hashlib.sha256(f.read()).hexdigest()
+  assert scores['eval_set']['source']['lines'] == len(refs)
+  # The last line names each figure; the log has them in full, and the split's sides.
+  figures = (f"test BLEU {scores['sacrebleu']:.2f} (chrF2 {scores['chrf']['score']:.1f}, TER "
+             f"{scores['ter']['score']:.1f}), tokenized BLEU {scores['tok_bleu']:.2f}, "
+             f"perplexity {scores['perplexity']:.2f} of checkpoints/6: ")
+  assert result.stdout.startswith(figures) and result.stdout.endswith('/scores.json\n')
+  for line in evaluate.report_lines(scores):
+    assert line in result.stderr
+  assert f"test reference: synthetic:test ({len(refs)} lines, sha256 " in result.stderr
   # The split's perplexity per piece, from the scored parameters: what the training loop
   # measured on the same held-out set at step 6 (in its own batches: another order of sums).
   records = [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
   dev = [r for r in records if r.get('step') == 6 and 'dev_perplexity' in r][-1]
   assert scores['perplexity'] == pytest.approx(dev['dev_perplexity'], rel=REORDERED_F32)
   assert scores['loss'] == pytest.approx(dev['dev_loss'], rel=REORDERED_F32)
+
+
+@pytest.mark.e2e
+def test_eval_scores_are_sacrebleus_command_line_on_its_files(run):
+  """scores.json's every figure is sacreBLEU's command line's on the folder's
+  references.txt and hypotheses.txt (test_bleu.assert_equals_the_command_line)."""
+  scores = evaluate.evaluate(tiny_config(), run)
+  with open(os.path.join(scores['folder'], 'scores.json')) as f:
+    assert json.load(f) == {k: v for k, v in scores.items() if k != 'folder'}
+  assert_equals_the_command_line(scores, os.path.join(scores['folder'], 'references.txt'),
+                                 os.path.join(scores['folder'], 'hypotheses.txt'))
+
+
+def test_eval_metrics_bleu_leaves_out_chrf_and_ter(run):
+  config = tiny_config()
+  config.eval_metrics = 'bleu'
+  line = eval_mode.run(config, run)
+  assert re.match(r'test BLEU \d+\.\d\d, tokenized BLEU \d+\.\d\d, perplexity ', line), line
+  with open(line.rsplit(': ', 1)[1]) as f:
+    scores = json.load(f)
+  assert {'bleu', 'sacrebleu', 'tok_bleu'} <= set(scores) and not {'chrf', 'ter'} & set(scores)
+
+
+@pytest.mark.parametrize('given', ['bleu,meteor', ' , '])
+def test_a_bad_eval_metrics_is_one_line_naming_it(cli, workdir, given):
+  result = cli(*TINY_CLI, f'--workdir={workdir}', '--mode=eval', f'--config.eval_metrics={given}')
+  assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr[-3000:]
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith(f't2t_jax: error: config.eval_metrics={given!r}: name one or more of '
+                         'bleu, chrf, ter'), last
+  config = tiny_config()
+  config.eval_metrics = given
+  with pytest.raises(errors.UserError, match='config.eval_metrics='):
+    evaluate.evaluate(config, workdir)  # called directly: before any decoding too
+
+
+def test_the_evaluated_split_is_named_by_path_lines_and_hash(tmp_path):
+  """Files by absolute path and the SHA-256 of their bytes (a last line without its newline
+  counted); the demo's in the workdir; tfds, which has no file, by name and the hash of the
+  file its sentences would make."""
+  source, reference = b'a b\nc\n', 'Ä b\nc'.encode()  # no newline at the end
+  (tmp_path / 'test.en').write_bytes(source)
+  (tmp_path / 'test.de').write_bytes(reference)
+  config = tiny_config()
+  config.update(dataset='files', test_files=str(tmp_path / 'test'), eval_split='test')
+  found = evaluate.eval_set(config, 'unused', ['a b', 'c'], ['Ä b', 'c'])
+  assert found == {
+      'source': {'path': str(tmp_path / 'test.en'), 'lang': 'en', 'lines': 2,
+                 'sha256': hashlib.sha256(source).hexdigest()},
+      'reference': {'path': str(tmp_path / 'test.de'), 'lang': 'de', 'lines': 2,
+                    'sha256': hashlib.sha256(reference).hexdigest()}}
+  config.update(dataset='demo', demo_num_train=10, demo_num_eval=3, eval_split='dev')
+  found = evaluate.eval_set(config, str(tmp_path / 'run'), [], [])
+  path = tmp_path / 'run' / 'demo_corpus' / 'dev.de'
+  assert found['reference'] == {'path': str(path), 'lang': 'de', 'lines': 3,
+                                'sha256': hashlib.sha256(path.read_bytes()).hexdigest()}
+  config.update(dataset='tfds', eval_split='test')
+  found = evaluate.eval_set(config, 'unused', ['a b', 'c'], ['Ä b', 'c'])
+  assert found['reference'] == {'path': 'tfds:wmt14_translate/de-en/test', 'lang': 'de',
+                                'lines': 2, 'sha256': hashlib.sha256(reference + b'\n').hexdigest()}
 
 
 def test_translate_prefers_the_averaged_checkpoint(workdir):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from experiments import wmt_ende_base
-from helpers import F32_EPS, MAX_LENGTH, make_config
+from helpers import BF16_EPS, F32_EPS, MAX_LENGTH, make_config
 from t2t_jax.data import batching, packing, pipeline
 from t2t_jax.data.tokenizer import PAD_ID
 from t2t_jax.model import transformer
@@ -225,25 +225,35 @@ def loss_and_grads(model, params, batch):
 # the issue's bound, 8 units of float32's rounding); a gradient near 0 is compared against
 # its leaf's largest element.
 EXACT_RTOL = 8 * F32_EPS
+# In bfloat16, 8 significant bits: the packed and the unpacked programs have other shapes, so
+# one may round to bfloat16 where the other keeps float32; they agree to one such rounding,
+# 2**-8 of the value (half of bfloat16's epsilon).
+BF16_RTOL = BF16_EPS / 2
 
 
-@pytest.mark.parametrize('kernels', ['xla', 'cpu'])
-def test_a_packed_batch_has_the_loss_and_gradients_of_its_pairs_alone(packed_run, kernels):
+# The forms (xla: the accelerators', cpu) in float32, Table 3 row (E)'s learned positions, and
+# bfloat16, the accelerators' default dtype.
+@pytest.mark.parametrize('kernels,positional,dtype', [
+    ('xla', 'sinusoidal', 'float32'), ('cpu', 'sinusoidal', 'float32'),
+    ('xla', 'learned', 'float32'), ('xla', 'learned', 'bfloat16')])
+def test_a_packed_batch_has_the_loss_and_gradients_of_its_pairs_alone(packed_run, kernels,
+                                                                       positional, dtype):
   config, datasets, _ = packed_run
   batch = next(iter(datasets.dev.batches()))
   model_config = ModelConfig(vocab_size=config.vocab_size, num_layers=2, d_model=32, d_ff=64,
                              num_heads=4, dropout_rate=0.0, deterministic=True,
-                             kernels=kernels)
+                             kernels=kernels, positional=positional, dtype=dtype)
   model = Transformer(model_config)
   params = model.init(jax.random.PRNGKey(0), batch['inputs'][:1], batch['targets'][:1])['params']
   packed_sums, packed_grads = loss_and_grads(model, params, batch)
   alone_sums, alone_grads = loss_and_grads(model, params, unpacked(batch))
   assert packed_sums.num_tokens == alone_sums.num_tokens == (batch['targets'] != PAD_ID).sum()
+  rtol = EXACT_RTOL if dtype == 'float32' else BF16_RTOL
   for name in ('loss', 'nll', 'correct'):
     np.testing.assert_allclose(getattr(packed_sums, name), getattr(alone_sums, name),
-                               rtol=EXACT_RTOL, err_msg=name)
+                               rtol=rtol, err_msg=name)
   jax.tree_util.tree_map(lambda p, a: np.testing.assert_allclose(
-      p, a, rtol=EXACT_RTOL, atol=EXACT_RTOL * np.abs(a).max()), packed_grads, alone_grads)
+      p, a, rtol=rtol, atol=rtol * np.abs(a).max()), packed_grads, alone_grads)
 
 
 def test_without_the_segment_mask_the_pairs_would_see_each_other(packed_run, monkeypatch):

@@ -1,11 +1,18 @@
 """The README's commands as a user types them: the GPU quick start (its set-up commands from
 docs/install.md), then WORKSPACE.md's Table 2 commands for that run, end to end at a tiny size
-on a CPU (the Python API example: tests/test_translator.py)."""
+on a CPU, and "Put it to work" on the tiny trained run (the Python API example:
+tests/test_translator.py)."""
+import json
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 
 import pytest
 
@@ -77,3 +84,96 @@ def test_the_gpu_quick_start_runs(tmp_path):
   scores = [os.path.join(folder, 'scores.json') for folder in
             (tmp_path / 'base' / 'eval').iterdir()]
   assert len(scores) == 1 and os.path.exists(scores[0])  # where WORKSPACE.md says
+
+
+@pytest.mark.e2e
+def test_put_it_to_work_runs(tiny_workdir, tmp_path):
+  """The README's "Put it to work": the server and a curl on the tiny run (its sentences are
+  the synthetic task's), SIGTERM while it answers, then the CTranslate2 export; the installs
+  are the test extra's."""
+  serve_install, serve, curl, ct2_install, export = first_block(README, '## Put it to work')
+  extras = open(os.path.join(ROOT, 'pyproject.toml'), encoding='utf-8').read()
+  for install, module in ((serve_install, 'uvicorn'), (ct2_install, 'ctranslate2')):
+    extra = re.fullmatch(r"\.venv/bin/pip install -e '\.\[(\w+)\]'", install).group(1)
+    assert f'\n{extra} = [' in extras and f'"t2t_jax[{extra}' in extras, install
+    pytest.importorskip(module)
+  port = str(free_port())
+  args = shlex.split(serve.removesuffix('&').replace('runs/demo', tiny_workdir)
+                     .replace('8000', port))
+  assert args[:1] == ['.venv/bin/t2t-jax']
+  server = subprocess.Popen([sys.executable, '-m', 't2t_jax', *args[1:]], cwd=ROOT,
+                            env=cpu_env(2), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+  try:
+    wait_until_served(port, server)
+    answer = subprocess.run(shlex.split(curl.replace('8000', port).replace('A queen cries.',
+                                                                           '5 6 7')),
+                            capture_output=True, text=True, timeout=120, check=True)
+    [translation] = json.loads(answer.stdout)['translations']
+    best = translation['n_best']
+    assert len(best) == 2 and translation['text'] == best[0]['text']
+    answers, term_at = stop_in_the_middle_of_requests(port, server)
+    out, err = server.communicate(timeout=120)
+  finally:
+    if server.poll() is None:  # the test failed before the server stopped
+      server.kill()
+  # SIGTERM: the server stopped accepting, answered the request in flight whole, exited 0.
+  assert server.returncode == 0, err[-3000:]
+  assert answers and all(a[2:] == (200, 50) for a in answers)
+  assert any(start < term_at < end for start, end, *_ in answers), answers
+  assert 'Traceback' not in err and out.strip().endswith('/ until SIGTERM')
+  args = shlex.split(export.replace('runs/demo-ct2', str(tmp_path / 'ct2'))
+                     .replace('runs/demo', tiny_workdir))
+  done = subprocess.run([sys.executable, '-m', 't2t_jax', *args[1:]], cwd=ROOT, env=cpu_env(2),
+                        capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert os.listdir(tmp_path / 'ct2')
+
+
+def stop_in_the_middle_of_requests(port: str, server: subprocess.Popen,
+                                   ) -> tuple[list[tuple], float]:
+  """Requests of 50 lines one after another, and a SIGTERM to the server while one is in
+  flight: each answer's (start, end, status, lines), and when the signal was sent."""
+  answers = []
+  body = json.dumps({'text': ['5 6 7', '9 9 9 9 9 9 9 9', '3', '11 12', '4 4 8'] * 10,
+                     'beam_size': 8}).encode()
+
+  def client() -> None:
+    while True:
+      started = time.monotonic()
+      request = urllib.request.Request(f'http://127.0.0.1:{port}/translate', data=body,
+                                       headers={'Content-Type': 'application/json'})
+      try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+          answers.append((started, time.monotonic(), response.status,
+                          len(json.loads(response.read())['translations'])))
+      except OSError:
+        return  # refused: the server stopped accepting
+
+  thread = threading.Thread(target=client)
+  thread.start()
+  while not answers:  # the search of these settings compiled: requests now take their time
+    time.sleep(0.05)
+  time.sleep(0.3)
+  term_at = time.monotonic()
+  server.send_signal(signal.SIGTERM)
+  thread.join(timeout=120)
+  return answers, term_at
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def wait_until_served(port: str, server: subprocess.Popen) -> None:
+  deadline = time.monotonic() + 300
+  while True:
+    assert server.poll() is None, server.communicate()[1][-3000:]
+    assert time.monotonic() < deadline
+    try:
+      urllib.request.urlopen(f'http://127.0.0.1:{port}/health', timeout=5).read()
+      return
+    except OSError:
+      time.sleep(0.2)

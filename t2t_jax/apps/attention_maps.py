@@ -3,6 +3,8 @@ layer and attention kind, one panel per head, of the model run teacher-forced on
 its translation (beam search, §6.1) with the weights MultiHeadAttention sows."""
 from __future__ import annotations
 
+import dataclasses
+import io
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -38,10 +40,40 @@ def attention_weights(params: Any, model_config: ModelConfig, src: Sequence[int]
   return found
 
 
+@dataclasses.dataclass(frozen=True)
+class Attended:
+  """A sentence, its translation, and the model's attention over the pair."""
+  translation: str
+  weights: dict[tuple[str, int], np.ndarray]  # attention_weights'
+  labels: dict[str, list[str]]  # 'source' and 'decoder input': each position's sub-word
+
+
+def translate_and_attend(translator: Translator, sentence: str) -> Attended:
+  """Translates `sentence` (the run's search), then runs the model teacher-forced on the pair."""
+  translation = translator([sentence])[0]
+  tokenizer = translator.tokenizer
+  src, tgt = tokenizer.encode(sentence), tokenizer.encode(translation)
+  # The decoder's query at position i reads target i-1 (shifted right, start symbol first).
+  labels = {'source': tokenizer.pieces(src), 'decoder input': ['<s>', *tokenizer.pieces(tgt)[:-1]]}
+  return Attended(translation, attention_weights(translator.params, translator.model_config,
+                                                 src, tgt), labels)
+
+
 def plot(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str],
          title: str, path: str) -> None:
-  """One panel per head: rows are queries, columns keys, darker = more attention."""
-  import matplotlib  # noqa: PLC0415 (only --mode=attention draws: importing it is slow)
+  """figure_png's picture into `path`."""
+  png = figure_png(weights, query_labels, key_labels, title)
+  # Into a new file beside `path`, then renamed over it: never written through a link there.
+  tmp = f'{path}.tmp-{os.getpid()}.png'
+  with files.open_file(tmp, 'xb', 'an attention map') as f:
+    f.write(png)
+  os.replace(tmp, path)
+
+
+def figure_png(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str],
+               title: str) -> bytes:
+  """One panel per head: rows are queries, columns keys, darker = more attention; a PNG."""
+  import matplotlib  # noqa: PLC0415 (only attention maps draw: importing it is slow)
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # noqa: PLC0415 (after use('Agg'): no display needed)
   heads = weights.shape[0]
@@ -59,12 +91,10 @@ def plot(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[
     ax.set_yticks(range(len(query_labels)), query_labels, fontsize=7)
   fig.suptitle(title)
   fig.tight_layout()
-  # Into a new file beside `path`, then renamed over it: never written through a link there.
-  tmp = f'{path}.tmp-{os.getpid()}.png'
-  with files.open_file(tmp, 'xb', 'an attention map') as f:
-    fig.savefig(f, dpi=100, format='png')
+  buffer = io.BytesIO()
+  fig.savefig(buffer, dpi=100, format='png')
   plt.close(fig)
-  os.replace(tmp, path)
+  return buffer.getvalue()
 
 
 def chosen_layers(layers: Sequence[int | str] | None, num_layers: int) -> list[int]:
@@ -99,18 +129,13 @@ def draw(config: ml_collections.ConfigDict, workdir: str, sentence: str, out_dir
       os.makedirs(out_dir, exist_ok=True)
     files.writable_folder(out_dir, out_dir, 'attention maps')
   translator = Translator(config, workdir, mode='attention')
-  translation = translator([sentence])[0]
-  tokenizer = translator.tokenizer
-  src, tgt = tokenizer.encode(sentence), tokenizer.encode(translation)
-  # The decoder's query at position i reads target i-1 (shifted right, start symbol first).
-  labels = {'source': tokenizer.pieces(src), 'decoder input': ['<s>', *tokenizer.pieces(tgt)[:-1]]}
-  weights = attention_weights(translator.params, translator.model_config, src, tgt)
+  found = translate_and_attend(translator, sentence)
   paths = []
-  for (kind, layer), w in sorted(weights.items()):
+  for (kind, layer), w in sorted(found.weights.items()):
     if layer in chosen:
       title, queries, keys = KINDS[kind]
       path = os.path.join(out_dir, f'{kind}_layer{layer}.png')
-      plot(w, labels[queries], labels[keys],
-           f'{title}, layer {layer}\n{sentence!r} -> {translation!r}', path)
+      plot(w, found.labels[queries], found.labels[keys],
+           f'{title}, layer {layer}\n{sentence!r} -> {found.translation!r}', path)
       paths.append(path)
   return paths

@@ -77,6 +77,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -302,17 +303,24 @@ def check_output_dir(output_dir: str) -> None:
 
 
 def write_folder(contents: dict[str, bytes], output_dir: str) -> None:
-  """Writes {name: bytes} into a temporary folder beside `output_dir`, then renames it into
-  place (files.publish): a crash or a full disk leaves no half-written export behind."""
+  """Writes {name: bytes} as the folder `output_dir`, whole or not at all (publish_folder)."""
+  def fill(folder: str) -> None:
+    for name, blob in contents.items():
+      with open(os.path.join(folder, name), 'wb') as f:
+        f.write(blob)
+  publish_folder(fill, output_dir)
+
+
+def publish_folder(fill: Callable[[str], None], output_dir: str) -> None:
+  """Has `fill` write into a temporary folder beside `output_dir`, then renames it into place
+  (files.publish): a crash or a full disk leaves no half-written export behind."""
   parent = os.path.dirname(os.path.abspath(output_dir))
   with files.disk_write_errors(output_dir, 'the export'):
     os.makedirs(parent, exist_ok=True)
     files.sweep_temp_dirs(parent, by_age=False)  # a killed export's leftovers
     tmp_dir = files.make_temp_dir(parent)
     try:
-      for name, blob in contents.items():
-        with open(os.path.join(tmp_dir, name), 'wb') as f:
-          f.write(blob)
+      fill(tmp_dir)
       if os.path.isdir(output_dir) and not os.listdir(output_dir):
         os.rmdir(output_dir)  # an empty folder given as --output is replaced
       published = files.publish(tmp_dir, output_dir)
@@ -320,6 +328,16 @@ def write_folder(contents: dict[str, bytes], output_dir: str) -> None:
       shutil.rmtree(tmp_dir, ignore_errors=True)  # nothing there once published
   if not published:
     raise errors.UserError(f'--output={output_dir}: another process wrote it meanwhile')
+
+
+def load_for_export(config: ml_collections.ConfigDict, workdir: str, model_config: ModelConfig,
+                    ) -> tuple[pipeline.Vocabulary, params_lib.Loaded]:
+  """The run's vocabulary, and the parameters translate would use (config.decode_params at
+  config.restore_step), checked against `model_config`: what every export format writes."""
+  tokenizer = pipeline.load_tokenizer(config, workdir)
+  loaded = params_lib.load_params(workdir, which=config.decode_params, step=config.restore_step)
+  params_lib.check_params_match(loaded.params, config, model_config, loaded.source, workdir)
+  return tokenizer, loaded
 
 
 def export_run(config: ml_collections.ConfigDict, workdir: str, output_dir: str) -> None:
@@ -332,9 +350,7 @@ def export_run(config: ml_collections.ConfigDict, workdir: str, output_dir: str)
   if config.dataset == 'synthetic':
     raise errors.UserError("config.dataset='synthetic': its ids have no SentencePiece model, "
                            'which MarianTokenizer needs; only runs trained on text export')
-  tokenizer = pipeline.load_tokenizer(config, workdir)
-  loaded = params_lib.load_params(workdir, which=config.decode_params, step=config.restore_step)
-  params_lib.check_params_match(loaded.params, config, model_config, loaded.source, workdir)
+  tokenizer, loaded = load_for_export(config, workdir, model_config)
   if jax.process_index() != 0:  # one writer, however many processes loaded the parameters
     return
   export_marian(loaded.params, model_config, tokenizer.model_path, output_dir,

@@ -84,6 +84,8 @@ class Translator:
     loaded = params_lib.load_params(workdir, which=config.decode_params, step=config.restore_step)
     self.source, self.kind, self.step = loaded.source, loaded.kind, loaded.step
     self.covers = loaded.covers  # the checkpoints behind the parameters
+    self.dev_loss = loaded.dev_loss  # theirs, where it was measured
+    self._described = loaded.describe()
     params_lib.check_params_match(loaded.params, config, self.model_config, self.source, workdir)
     self.params = jax.device_put(loaded.params, replicated(self.mesh))
     self.ensemble = [m._replace(params=jax.device_put(m.params, replicated(self.mesh)))
@@ -92,9 +94,37 @@ class Translator:
     self._scorer: scoring.Scorer | None = None  # made on score()'s first call
     self._pools: list[Any] = []  # compile_ahead's background threads, until close()
     with_others = ''.join(f' + {m.workdir}/{m.source}' for m in self.ensemble)
-    logging.info('Decoding with the parameters of %s%s on %d device%s (%s).', self.source,
+    logging.info('Decoding with the parameters of %s%s on %d device%s (%s).', loaded.describe(),
                  with_others, self.mesh.size, 's' if self.mesh.size > 1 else '',
                  arguments.describe_method(config))
+
+  def describe(self) -> str:
+    """The parameters decoding uses: 'averaged/1000 (the mean of checkpoints [...]; dev loss
+    1.2345)', and an ensemble's other runs."""
+    return self._described + ''.join(f' + {m.workdir}/{m.source}' for m in self.ensemble)
+
+  def check_settings(self, *, method: str | None = None, beam_size: int | None = None,
+                     alpha: float | None = None, n_best: int | None = None,
+                     temperature: float | None = None, top_k: int | None = None,
+                     top_p: float | None = None, seed: int | None = None) -> None:
+    """translate()'s settings checked as translate checks them (errors.UserError naming the
+    first bad one), without decoding anything."""
+    method = method or self.config.decode_method
+    arguments.check_search(method, beam_size, n_best, self.config)
+    arguments.check_settings(method, alpha=alpha, temperature=temperature, top_k=top_k,
+                             top_p=top_p, seed=seed)
+    if method == 'sample':
+      arguments.sampling_settings(self.config, [], temperature, top_k, seed, top_p)
+
+  def search_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """translate()'s settings (`settings`, the rest the config's) as the search uses them."""
+    method = settings.get('method') or self.config.decode_method
+    used: dict[str, Any] = {'method': method, 'n_best': settings.get('n_best')}
+    if method == 'sample':
+      return {**used, **{name: settings.get(name, self.config[f'sample_{name}'])
+                         for name in ('temperature', 'top_k', 'top_p', 'seed')}}
+    beam = 1 if method == 'greedy' else settings.get('beam_size') or self.config.beam_size
+    return {**used, 'beam_size': beam, 'alpha': settings.get('alpha', self.config.beam_alpha)}
 
   @classmethod
   def from_workdir(cls, workdir: str, overrides: Mapping[str, Any] | None = None) -> Translator:

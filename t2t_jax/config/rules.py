@@ -32,6 +32,11 @@ LR_SCHEDULES = ('warmup_rsqrt', 'rsqrt', 'constant')
 DECODE_PARAMS = ('auto', 'averaged', 'checkpoint', 'best')
 # Which checkpoints --mode=average takes: the last ones (§6.1) or those of lowest dev loss.
 AVERAGE_SELECTS = ('last', 'best')
+# What early stopping watches: the dev loss (every eval_every_steps) or dev BLEU (every
+# eval_bleu_every_steps).
+EARLY_STOPPING_METRICS = ('dev_loss', 'dev_bleu')
+# --mode=eval's scores beside the paper's tokenized BLEU: sacreBLEU's BLEU, chrF2 and TER.
+EVAL_METRICS = ('bleu', 'chrf', 'ter')
 # beam search (§6.1), beam search with one beam, sampling (decoding/sampling.py)
 DECODE_METHODS = ('beam', 'greedy', 'sample')
 POSITIONAL = ('sinusoidal', 'learned')  # §3.5; 'learned' is Table 3 row (E)
@@ -171,12 +176,17 @@ RULES: dict[str, Rule] = {
     'decode_tokens_per_batch': int_at_least(0, ' (0 = per platform: decode_tokens_of)'),
     'decode_bucket_growth': number_at_least(1),
     'max_decode_input_length': POSITIVE_INT,
+    'export_format': one_of('marian', 'ctranslate2'),
     'eval_split': one_of(*EVAL_SPLITS),
     'eval_bleu_every_steps': int_at_least(0, ' (0 = off)'),
+    'eval_metrics': text(f" (comma-separated, of {', '.join(EVAL_METRICS)})"),
+    'early_stopping_patience': int_at_least(0, ' (dev evaluations without a better one; 0 = off)'),
+    'early_stopping_metric': one_of(*EARLY_STOPPING_METRICS),
     # Checkpoints and averaging, §5.2 and §6.1
     'checkpoint_every_minutes': number_at_least(0, ' (0 = off)'),
     'checkpoint_every_steps': int_at_least(0, ' (0 = off)'),
     'keep_checkpoints': POSITIVE_INT,
+    'keep_best': int_at_least(0, ' (0 = only the last keep_checkpoints)'),
     'average_last': POSITIVE_INT,
     'average_allow_fewer': BOOL,
     'average_select': one_of(*AVERAGE_SELECTS),
@@ -355,6 +365,16 @@ def ensemble_weights(config: ml_collections.ConfigDict) -> tuple[float, ...] | N
   return tuple(w / total for w in weights)
 
 
+def eval_metrics_of(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """config.eval_metrics as a tuple in EVAL_METRICS' order: 'ter,bleu' -> ('bleu', 'ter')."""
+  given = [name.strip() for name in str(config.eval_metrics).split(',') if name.strip()]
+  unknown = [name for name in given if name not in EVAL_METRICS]
+  if unknown or not given:
+    raise errors.UserError(f'config.eval_metrics={config.eval_metrics!r}: name one or more of '
+                           f'{", ".join(EVAL_METRICS)}, comma-separated')
+  return tuple(name for name in EVAL_METRICS if name in given)
+
+
 def check_model(fields: Mapping[str, Any]) -> None:
   """Raises errors.UserError for a bad field of transformer.ModelConfig, as `validate` would for
   config.vocab_size and config.model. Fields beside those (the mode flags) are ignored; dtype
@@ -443,6 +463,12 @@ def _check_across_keys(config: ml_collections.ConfigDict) -> None:
                            "'buckets' (or 'auto'), or train on text (config.dataset)")
   if batching_of(config) == 'packed':
     _check_pack_length(config)
+  eval_metrics_of(config)
+  if config.early_stopping_patience and config.early_stopping_metric == 'dev_bleu' and (
+      config.eval_bleu_every_steps <= 0):
+    raise errors.UserError("config.early_stopping_metric='dev_bleu': needs dev BLEU during "
+                           'training, config.eval_bleu_every_steps > 0 (it is 0); or watch '
+                           "'dev_loss'")
   if config.average_last > config.keep_checkpoints:
     raise errors.UserError(f'config.average_last: must be ≤ config.keep_checkpoints '
                            f'({config.keep_checkpoints}), the checkpoints kept to average '

@@ -21,13 +21,13 @@ from t2t_jax.config.modes import MODES
 from t2t_jax.platform import errors
 
 TRAINING = frozenset({'train', 'study'})
-EVALUATING = frozenset({'eval', 'study'})
+EVALUATING = frozenset({'eval', 'study', 'average'})  # average: its dev loss
 TRAIN_OR_EVAL = TRAINING | EVALUATING
 # Beam search or sampling: eval, translate and attention; training's dev BLEU; export's
 # generation config.
-SEARCHING = frozenset({'eval', 'translate', 'attention', 'train', 'study', 'export'})
-DECODING_PARAMS = frozenset({'eval', 'translate', 'score', 'attention', 'export'})
-EVERY_MODE = frozenset(MODES) - {'help'}
+SEARCHING = frozenset({'eval', 'translate', 'serve', 'attention', 'train', 'study', 'export'})
+DECODING_PARAMS = frozenset({'eval', 'translate', 'score', 'serve', 'attention', 'export'})
+EVERY_MODE = frozenset(MODES) - {'help', 'plot'}  # those two read no key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,8 @@ USES: dict[str, Use] = {
         'num_train_steps', 'train_minutes', 'warmup_steps', 'adam_beta1', 'adam_beta2',
         'adam_eps', 'learning_rate_scale', 'lr_schedule', 'learning_rate', 'grad_accum_steps',
         'log_every_steps', 'eval_every_steps', 'eval_bleu_every_steps', 'checkpoint_every_steps',
-        'checkpoint_every_minutes', 'keep_checkpoints', 'restart', 'init_from')},
+        'checkpoint_every_minutes', 'keep_checkpoints', 'keep_best', 'early_stopping_patience',
+        'early_stopping_metric', 'restart', 'init_from')},
     # Averaging and which parameters decode (§6.1).
     'average_last': _use({'average'}), 'average_allow_fewer': _use({'average'}),
     'average_select': _use({'average'}), 'decode_params': _use(DECODING_PARAMS),
@@ -84,15 +85,17 @@ USES: dict[str, Use] = {
     # Decoding (§6.1).
     'beam_size': _SEARCH, 'beam_alpha': _use(SEARCHING | {'score'}),
     'decode_extra_length': _SEARCH, 'max_decode_input_length': _use(SEARCHING | {'score'}),
+    'export_format': _use({'export'}),
     'decode_method': _SEARCH, 'sample_temperature': _SAMPLING, 'sample_top_k': _SAMPLING,
     'sample_top_p': _SAMPLING, 'sample_seed': _SAMPLING,
-    'ensemble': _use({'eval', 'translate', 'score'}),
-    'ensemble_weights': _use({'eval', 'translate', 'score'}),
+    'ensemble': _use({'eval', 'translate', 'score', 'serve'}),
+    'ensemble_weights': _use({'eval', 'translate', 'score', 'serve'}),
     'decode_tokens_per_batch': _use(SEARCHING | {'score'}),
     'decode_bucket_growth': _use(SEARCHING | {'score'}), 'eval_split': _use({'eval'}),
+    'eval_metrics': _use({'eval'}),
     # The machine.
     'compilation_cache_dir': _use(EVERY_MODE - {'params'}),
-    'compile_ahead': _use({'train', 'study', 'eval', 'translate'}),
+    'compile_ahead': _use({'train', 'study', 'eval', 'translate', 'serve'}),
 }
 
 

@@ -131,6 +131,20 @@ def load_eval_set(config: Any, workdir: str, split: str, *, tokenizer: Vocabular
   return _kind(config).eval_set(config, workdir, split, tokenizer, topology)
 
 
+def eval_set_origin(config: Any, workdir: str, split: str) -> tuple[str, str] | str:
+  """Where split 'dev' or 'test' is read from, for a report: its source and reference files
+  (the demo's in the workdir), or, where it is no file, a name: 'tfds:<name>/<split>' or
+  'synthetic:<split>'."""
+  if config.dataset == 'tfds':
+    return f'tfds:{config.tfds_name}/{config[f"{split}_split"]}'
+  if config.dataset == 'synthetic':
+    return f'synthetic:{split}'
+  if config.dataset == 'demo':
+    config = resolve_demo(config, workdir)  # already written: only checked
+  prefix = config[f'{split}_files']
+  return f'{prefix}.{config.source_lang}', f'{prefix}.{config.target_lang}'
+
+
 def _kind(config: Any) -> _Kind:
   if config.dataset not in KINDS:
     raise errors.UserError(f'config.dataset={config.dataset!r}: choose one of {tuple(KINDS)}')

@@ -2,7 +2,8 @@
 marian-scorer), for filtering back-translated pairs and reranking n-best lists.
 
 A pair's score is the one beam search (§6.1) gives that output, log P(Y|X) / lp(Y) with EOS
-(decode.py), so that the search's own output scores what the search said; an ensemble's
+(decode.py), so that the search's own output scores what the search said, where its text
+encodes back to the pieces the search chose (the text is re-encoded, canonically); an ensemble's
 token log-probabilities are the mean of the models' (decode.ensemble_steps). Pairs are
 teacher-forced in the decoding plan's batches (batch_plan.py), each device its own rows.
 """

@@ -285,6 +285,10 @@ class InputEmbedding(nn.Module):
       # Table 3 row E. A bucket's padding may reach past max_len, where a lookup would read NaN
       # (jnp.take's fill) and spread it through attention: it reads the last row. Real tokens
       # never get there (pairs are filtered at max_len, inputs at max_len - extra length).
+      # Each row looks its positions up ([b, t], not the rows' shared [1, t]): the table's
+      # gradient is then the float32 scatter-add of packed rows, not a sum over rows in the
+      # compute dtype (bfloat16's 8 bits).
+      positions = jnp.broadcast_to(positions, ids.shape)
       pe = nn.Embed(c.max_len, c.d_model, embedding_init=nn.initializers.normal(0.5 ** 0.5),
                     name='learned_positions')(jnp.minimum(positions, c.max_len - 1))
     x = x + pe.astype(x.dtype)

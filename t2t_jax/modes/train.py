@@ -2,8 +2,8 @@
 
 The loop that drives every stage of a run: data (§5.1) -> the compiled train step
 (train_step.py) -> logs and dev metrics -> checkpoints (checkpoints.py) -> dev BLEU with beam
-search (batch_plan.py), until num_train_steps, config.train_minutes, or SIGTERM/SIGINT (after
-a clean save).
+search (batch_plan.py), until num_train_steps, config.train_minutes, early stopping on the dev
+set (early_stopping.py), or SIGTERM/SIGINT (after a clean save).
 """
 from __future__ import annotations
 
@@ -25,12 +25,13 @@ from t2t_jax.data import batching, pipeline
 from t2t_jax.decoding import batch_plan, bleu
 from t2t_jax.model.transformer import ModelConfig, Transformer
 from t2t_jax.platform import ahead, distributed, errors
+from t2t_jax.platform import metrics as metrics_lib
 from t2t_jax.platform import workdir as workdir_lib
 from t2t_jax.platform.mesh import make_mesh, shard_batch
 from t2t_jax.platform.metrics import MetricWriter, Throughput
 from t2t_jax.run import init_from, recorded, vocabulary
 from t2t_jax.run import params as params_lib
-from t2t_jax.training import checkpoints, optim, train_step
+from t2t_jax.training import checkpoints, early_stopping, optim, train_step
 from t2t_jax.training.train_step import Metrics, TrainState
 
 
@@ -141,11 +142,14 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
   datasets = _load_data(config, workdir, mesh)
   tx = optim.make_optimizer(config)
   state = train_step.create_train_state(Transformer(model_config), tx, config.seed, mesh)
-  with checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints,
+  with checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints, keep_best=config.keep_best,
                                 every_steps=config.checkpoint_every_steps,
                                 every_minutes=config.checkpoint_every_minutes) as checkpointer:
     state, trained_s = _restore(config, model_config, workdir, checkpointer, state, datasets)
     workdir_lib.record_invocation(workdir, int(state.step))
+    early, stopped = _early_stopping(config, workdir, int(state.step))
+    if stopped is not None:  # a run that stopped early, resumed with the same settings
+      return stopped
     train_fn, eval_fn = train_step.compile_steps(model_config, tx, config.label_smoothing, mesh,
                                                  grad_accum_steps=config.grad_accum_steps)
     train_fn, eval_fn, search, pool = _compile_ahead(config, model_config, train_fn, eval_fn,
@@ -160,7 +164,7 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
       last = step
     logging.info('Training steps %d..%d on %d device%s.', step + 1, last, mesh.size,
                  's' if mesh.size > 1 else '')
-    signum = None
+    signum, stopped_early = None, None
     with StopSignals() as stop, ahead.cancelled_on_exit(pool):
       while step < last and signum is None:
         state, metrics = train_fn(state, shard_batch(next(datasets.train), mesh))
@@ -179,21 +183,35 @@ def _train(config: ml_collections.ConfigDict, model_config: ModelConfig, workdir
           _check_finite(pending, step, checkpointer)
           summary.update(_log_train(writer, throughput, step, pending, lr_fn))
           pending = []
+        evaluated = {}
         if datasets.dev is not None and _is_due(step, config.eval_every_steps, last):
-          summary.update(_evaluate_dev(eval_fn, state.params, datasets.dev, mesh, writer, step))
+          evaluated.update(_evaluate_dev(eval_fn, state.params, datasets.dev, mesh, writer, step))
         if search is not None and _is_due(step, config.eval_bleu_every_steps, last):
-          summary.update(_dev_bleu(config, model_config, search, state.params, datasets, mesh,
-                                   writer, step))
+          evaluated.update(_dev_bleu(config, model_config, search, state.params, datasets, mesh,
+                                     writer, step))
+        summary.update(evaluated)
+        if early is not None and early.observe(step, evaluated) and step < last:
+          last, stopped_early = step, early.record(step, config.num_train_steps)
+          logging.info('Stopping early at step %d: %s.', step, stopped_early['why'])
+          if pending:  # this step's line, as at the last step
+            _check_finite(pending, step, checkpointer)
+            summary.update(_log_train(writer, throughput, step, pending, lr_fn))
+            pending = []
         if save_due or step == last or signum is not None:
           _check_finite(pending, step, checkpointer)
           checkpointer.save(state, {**datasets.train.get_state(), TRAIN_SECONDS: clock.seconds(),
                                     vocabulary.VOCABULARY: vocabulary.fingerprint(
-                                        datasets.tokenizer)})
+                                        datasets.tokenizer)},
+                            metrics={k: evaluated[k] for k in ('dev_loss', 'dev_bleu')
+                                     if k in evaluated})
+    if stopped_early is not None:  # after the save: a record of a stop has its checkpoint
+      writer.note(step, early_stopping.STOPPED, stopped_early)
   writer.close()
   compiled = [f for f in (train_fn, eval_fn, search) if f is not None]
   logging.info('Stepping waited %.1f s for compilations (%d times).',
                sum(f.blocked_s for f in compiled), sum(f.waits for f in compiled))
-  line = _summary_line(summary, step, config.num_train_steps, checkpointer, signum)
+  line = _summary_line(summary, step, config.num_train_steps, checkpointer, signum,
+                       stopped_early)
   if signum is not None:
     logging.info('%s', line)
     raise StoppedBySignal(signum, step)
@@ -373,12 +391,43 @@ def _dev_bleu(config: ml_collections.ConfigDict, model_config: ModelConfig, sear
   return {'dev_bleu': scores['sacrebleu']}
 
 
+def _early_stopping(config: ml_collections.ConfigDict, workdir: str, step: int,
+                    ) -> tuple[early_stopping.EarlyStopping | None, str | None]:
+  """(config.early_stopping_patience's counter, from metrics.jsonl's evaluations up to `step`;
+  None when off) and, for a run that stopped early at `step` and is resumed without a raised
+  patience or step budget, the line that says so (else None)."""
+  stops = {s: r for s, r in metrics_lib.recorded(workdir, early_stopping.STOPPED).items()
+           if s == step and isinstance(r, dict)}
+  patience, budget = config.early_stopping_patience, config.num_train_steps
+  since = 0
+  if stops:
+    stop = stops[step]
+    if not early_stopping.resumes_past(stop, patience, budget):
+      return None, (f'Training stopped early at step {step} (of {budget}): {stop["why"]}; '
+                    'nothing to do. To train on, raise --config.early_stopping_patience '
+                    f'(now {patience}) or --config.num_train_steps.')
+    if budget > int(stop['num_train_steps']) and patience <= int(stop['patience']):
+      since = step  # a raised budget: the patience counts afresh from here
+    logging.info('Training on past the early stop at step %d (%s).', step, stop['why'])
+  if not patience:
+    return None, None
+  metric = config.early_stopping_metric
+  history = {s: float(v) for s, v in metrics_lib.recorded(workdir, metric).items()
+             if s <= step and isinstance(v, (int, float))}
+  return early_stopping.EarlyStopping(metric, patience, history, since), None
+
+
 def _summary_line(summary: dict[str, float], step: int, last: int,
-                  checkpointer: checkpoints.Checkpointer, signum: int | None) -> str:
+                  checkpointer: checkpoints.Checkpointer, signum: int | None,
+                  stopped_early: dict[str, Any] | None = None) -> str:
   how = (f'stopped by {signal.Signals(signum).name} at step {step}' if signum is not None
+         else f'stopped early at step {step}' if stopped_early is not None
          else f'finished {step} steps')
   shown = ', '.join(f'{k} {v:.4g}' for k, v in summary.items()
                     if k in ('loss', 'perplexity', 'dev_loss', 'dev_perplexity', 'dev_accuracy',
                              'dev_bleu'))
-  return (f'Training {how} (of {last}); {shown or "no metrics"}; latest checkpoint: '
-          f'{checkpointer.directory}/{checkpointer.latest_step()}')
+  why = f': {stopped_early["why"]}' if stopped_early is not None else ''
+  best = checkpointer.best_step()
+  kept = f'; kept as the best: {checkpoints.CHECKPOINTS}/{best}' if best is not None else ''
+  return (f'Training {how} (of {last}){why}; {shown or "no metrics"}; latest checkpoint: '
+          f'{checkpointer.directory}/{checkpointer.latest_step()}{kept}')

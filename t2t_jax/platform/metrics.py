@@ -17,6 +17,8 @@ from absl import logging
 
 from t2t_jax.platform import files
 
+METRICS = 'metrics.jsonl'  # DIR/metrics.jsonl: one JSON record a line
+
 
 class MetricWriter:
   """Appends one JSON object per call to DIR/metrics.jsonl and writes TensorBoard events. Only
@@ -33,7 +35,7 @@ class MetricWriter:
     self._event, self._summary = event_pb2.Event, summary_pb2.Summary
     events_dir = files.make_folder(os.path.join(workdir, 'tensorboard'), workdir,
                                    'TensorBoard events')
-    path = os.path.join(workdir, 'metrics.jsonl')
+    path = os.path.join(workdir, METRICS)
     files.set_aside_torn_tail(path)  # a record cut short by a kill or a full disk
     self._jsonl = files.open_file(path, 'a', 'the metrics')
     # TensorBoard reads every events.out.tfevents.* file of a folder; one per run of the
@@ -54,6 +56,12 @@ class MetricWriter:
     self._add(self._event(wall_time=time.time(), step=step,
                           summary=self._summary(value=values)))
 
+  def note(self, step: int, name: str, record: dict[str, Any]) -> None:
+    """A record that is no scalar ({"step": 6, "stopped_early": {...}}): metrics.jsonl only."""
+    if self._active:
+      self._jsonl.write(json.dumps({'step': step, name: record}) + '\n')
+      self._jsonl.flush()
+
   def _add(self, event: Any) -> None:
     self._events.write(event.SerializeToString())
     self._events.flush()
@@ -65,23 +73,34 @@ class MetricWriter:
 
 
 def dev_losses(workdir: str) -> dict[int, float]:
-  """{step: dev loss} as DIR/metrics.jsonl records them (config.eval_every_steps), the last
-  record of a step winning (a resumed run evaluates a step again). A line that is not a
-  whole JSON record (a run killed mid-write) is skipped with a warning naming it: the dev loss
-  it may have held is unknown. No file gives {}."""
-  losses: dict[int, float] = {}
-  path = os.path.join(workdir, 'metrics.jsonl')
+  """{step: dev loss} as DIR/metrics.jsonl records them (config.eval_every_steps)."""
+  return {step: float(value) for step, value in recorded(workdir, 'dev_loss').items()
+          if isinstance(value, (int, float))}
+
+
+def recorded(workdir: str, key: str) -> dict[int, Any]:
+  """{step: value of `key`} of DIR/metrics.jsonl's records (records), the last record of a
+  step winning (a resumed run evaluates a step again)."""
+  return {record['step']: record[key] for record in records(workdir) if key in record}
+
+
+def records(workdir: str) -> list[dict[str, Any]]:
+  """DIR/metrics.jsonl's records, in order. A line that is not a whole JSON record with an
+  integer step (a run killed mid-write) is skipped with a warning naming it: what it held is
+  unknown. No file gives []."""
+  found = []
+  path = os.path.join(workdir, METRICS)
   with contextlib.suppress(FileNotFoundError), open(path, encoding='utf-8') as f:
     for number, line in enumerate(f, start=1):
       try:
         record = json.loads(line)
       except ValueError:
-        logging.warning('%s:%d is not a whole record (a write cut short); a dev loss it held '
-                        'is unknown, and its step is ranked without one', path, number)
+        logging.warning('%s:%d is not a whole record (a write cut short); what it held is '
+                        'unknown', path, number)
         continue
-      with contextlib.suppress(KeyError, TypeError, ValueError):  # a training record
-        losses[int(record['step'])] = float(record['dev_loss'])
-  return losses
+      if isinstance(record, dict) and isinstance(record.get('step'), int):
+        found.append(record)
+  return found
 
 
 class Throughput:

@@ -1,6 +1,7 @@
 """§6.1: "For the base models, we used a single model obtained by averaging the last 5
 checkpoints ... For the big models, we averaged the last 20 checkpoints." The mean is written
-to averaged/<step>/params, beside steps.json, the checkpoints it is the mean of.
+to averaged/<step>/params, beside steps.json: the checkpoints it is the mean of and, where it
+was measured (--mode=average does, run/dev_loss.py), the dev loss of the mean and of each.
 """
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import functools
 import json
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -23,14 +25,17 @@ from t2t_jax.training.checkpoints import AVERAGED, CHECKPOINTS, checkpoint_steps
 
 
 def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, step: int = 0,
-                        best: bool = False) -> tuple[int, list[int]]:
+                        best: bool = False, dev_loss: Callable[[Any], float] | None = None,
+                        ) -> tuple[int, list[int]]:
   """Averages the parameters of the last `last` checkpoints into averaged/<step>/ (§6.1).
 
   The last ones up to `step` (config.restore_step; 0 = the newest), or with `best`
   (config.average_select='best') the `last` of lowest dev loss (best_steps). An unreadable
   checkpoint is named in a warning and skipped: the next older one takes its place.
   Accumulates in float32 one checkpoint at a time (memory: two copies of the params),
-  then casts back to each parameter's dtype. Returns (step, the steps averaged).
+  then casts back to each parameter's dtype. With `dev_loss` (parameters -> their dev loss),
+  each checkpoint is measured as it is read, and the mean before it is written: steps.json
+  records them (params.AverageRecord). Returns (step, the steps averaged).
   """
   if jax.process_index() == 0:  # before the checkpoints are read: minutes for a big model
     files.writable_folder(os.path.join(workdir, AVERAGED), workdir, 'the averaged parameters')
@@ -48,7 +53,7 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
              if s in steps][::-1]
   if not steps:
     raise errors.MissingFileError(f'No checkpoint in {directory} to average')
-  chosen, total, dtypes = [], None, None
+  chosen, total, dtypes, losses = [], None, None, {}
   for s in reversed(steps):
     if len(chosen) == last:
       break
@@ -59,6 +64,8 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
                       errors.summary(e))
       continue
     chosen.append(s)
+    if dev_loss is not None:
+      losses[s] = dev_loss(params)
     params32 = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), params)
     total = params32 if total is None else jax.tree_util.tree_map(np.add, total, params32)
     dtypes = jax.tree_util.tree_map(lambda x: np.asarray(x).dtype, params)
@@ -72,11 +79,14 @@ def average_checkpoints(workdir: str, last: int, *, allow_fewer: bool = False, s
       raise errors.UserError(message + '; set --config.average_allow_fewer=True to average those')
     logging.warning('%s; averaging those.', message)
   mean = jax.tree_util.tree_map(lambda t, d: (t / len(chosen)).astype(d), total, dtypes)
-  _publish_mean(workdir, chosen, mean)
+  record: dict[str, Any] = {'steps': chosen}
+  if dev_loss is not None:
+    record.update(dev_loss=dev_loss(mean), members_dev_loss={str(s): losses[s] for s in chosen})
+  _publish_mean(workdir, chosen, mean, record)
   return chosen[-1], chosen
 
 
-def _publish_mean(workdir: str, steps: list[int], mean: Any) -> None:
+def _publish_mean(workdir: str, steps: list[int], mean: Any, record: dict[str, Any]) -> None:
   """Writes averaged/<step>/{params,steps.json} into a temporary sibling and renames it into
   place when complete: a kill or a full disk leaves the earlier mean of that step (moved
   into previous-<time>/ only once the new one is whole) and never a half-written one."""
@@ -102,6 +112,6 @@ def _publish_mean(workdir: str, steps: list[int], mean: Any) -> None:
     finally:
       checkpointer.close()
     if jax.process_index() == 0:
-      files.write_text(os.path.join(tmp, COVERS), json.dumps({'steps': steps}) + '\n')
+      files.write_text(os.path.join(tmp, COVERS), json.dumps(record) + '\n')
       workdir_lib.publish_output(workdir, tmp, f'{AVERAGED}/{steps[-1]}')
   distributed.sync('t2t_jax_average_done')

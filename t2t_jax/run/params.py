@@ -43,17 +43,37 @@ def restore_params(directory: str, step: int) -> Any:
 COVERS = 'steps.json'  # averaged/<step>/steps.json: the checkpoints the mean is of
 
 
-def averaged_steps(workdir: str, step: int) -> list[int] | None:
-  """The checkpoints averaged/<step>/ is the mean of (None for a mean that predates the
-  record)."""
+@dataclasses.dataclass(frozen=True)
+class AverageRecord:
+  """averaged/<step>/steps.json: the checkpoints the mean is of, and the dev losses
+  --mode=average measured (None where it did not: no dev set, or an older record)."""
+  steps: list[int]
+  dev_loss: float | None = None
+  members_dev_loss: dict[int, float] | None = None
+
+
+def average_record(workdir: str, step: int) -> AverageRecord | None:
+  """averaged/<step>/steps.json (None for a mean that predates the record)."""
   path = os.path.join(workdir, AVERAGED, str(step), COVERS)
   try:
     with open(path, encoding='utf-8') as f:
-      return [int(s) for s in json.load(f)['steps']]
+      record = json.load(f)
+    members = record.get('members_dev_loss')
+    return AverageRecord(
+        [int(s) for s in record['steps']],
+        None if record.get('dev_loss') is None else float(record['dev_loss']),
+        None if members is None else {int(s): float(v) for s, v in members.items()})
   except FileNotFoundError:
     return None
-  except (ValueError, KeyError, TypeError) as e:
+  except (ValueError, KeyError, TypeError, AttributeError) as e:
     raise errors.UserError(f'{path}: damaged ({e}); average again (--mode=average)') from None
+
+
+def averaged_steps(workdir: str, step: int) -> list[int] | None:
+  """The checkpoints averaged/<step>/ is the mean of (None for a mean that predates the
+  record)."""
+  record = average_record(workdir, step)
+  return None if record is None else record.steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,11 +83,21 @@ class Loaded:
   kind: str  # 'averaged' or 'checkpoint'
   step: int
   covers: list[int] | None  # the checkpoints behind them (an average's, None if unrecorded)
+  dev_loss: float | None = None  # their dev loss where it was measured (metrics, steps.json)
 
   @property
   def source(self) -> str:
     """'averaged/1000' or 'checkpoints/1000': the folder under the workdir."""
     return f'{AVERAGED if self.kind == "averaged" else CHECKPOINTS}/{self.step}'
+
+  def describe(self) -> str:
+    """'averaged/1000 (the mean of checkpoints [850, 900, 950, 1000]; dev loss 1.234)'."""
+    parts = []
+    if self.kind == 'averaged' and self.covers:
+      parts.append(f'the mean of checkpoints {self.covers}')
+    if self.dev_loss is not None:
+      parts.append(f'dev loss {self.dev_loss:.4f}')
+    return f'{self.source} ({"; ".join(parts)})' if parts else self.source
 
 
 def parse_run(spec: str, key: str) -> tuple[str, int]:
@@ -116,8 +146,11 @@ def load_params(workdir: str, *, which: str = 'auto', step: int = 0) -> Loaded:
     if step:
       raise errors.UserError(f"config.restore_step={step}: config.decode_params='best' "
                              'chooses the step itself; set one or the other')
-    [best] = best_steps(workdir, 1, key="config.decode_params='best'")
-    logging.info('The checkpoint of lowest dev loss: %s/%d.', CHECKPOINTS, best)
+    ranked = ranked_steps(workdir, key="config.decode_params='best'")
+    best, losses = ranked[0], metrics.dev_losses(workdir)
+    logging.info("config.decode_params='best': %s/%d, the lowest of the kept checkpoints' dev "
+                 'losses (%s).', CHECKPOINTS, best,
+                 ', '.join(f'{s}: {losses[s]:.4f}' for s in sorted(ranked)))
     which, step = 'checkpoint', best
   kinds = ('averaged', 'checkpoint') if which == 'auto' else (which,)
   for kind in kinds:
@@ -129,8 +162,12 @@ def load_params(workdir: str, *, which: str = 'auto', step: int = 0) -> Loaded:
       where = os.path.join(workdir, subdir, str(s))
       try:
         read = functools.partial(restore_params, os.path.join(workdir, subdir), s)
-        covers = averaged_steps(workdir, s) if kind == 'averaged' else [s]
-        return Loaded(retry(read, where), kind, s, covers)
+        if kind == 'averaged':
+          record = average_record(workdir, s)
+          covers, loss = (None, None) if record is None else (record.steps, record.dev_loss)
+        else:
+          covers, loss = [s], metrics.dev_losses(workdir).get(s)
+        return Loaded(retry(read, where), kind, s, covers, loss)
       except Exception as e:  # named, then the one before is tried
         if step:
           raise errors.UserError(f'config.restore_step={step}: {where} is unreadable '

@@ -30,7 +30,9 @@ ADDED_MODEL_KEYS = {'kernels': 'auto'}
 ADDED_KEYS = {'decode_method': 'beam', 'sample_temperature': 1.0, 'sample_top_k': 0,
               'sample_seed': 0, 'ensemble': '', 'compile_ahead': True,
               'decode_bucket_growth': 2.0, 'sample_top_p': 1.0, 'ensemble_weights': '',
-              'lr_schedule': 'warmup_rsqrt', 'learning_rate': 0.0, 'average_select': 'last'}
+              'lr_schedule': 'warmup_rsqrt', 'learning_rate': 0.0, 'average_select': 'last',
+              'eval_metrics': 'bleu,chrf,ter', 'keep_best': 1, 'early_stopping_patience': 0,
+              'early_stopping_metric': 'dev_loss', 'export_format': 'marian'}
 # ...and how it was batched: a run recorded before packing existed had §5.1's buckets.
 ADDED_BATCHING = {'batching': 'buckets', 'pack_length': 256}
 # Keys that act on the invocation that has them (workdir.move_aside, an older checkpoint):

@@ -5,13 +5,20 @@ A workdir holds
   checkpoints/<step>/train_state  step, Adam state and dropout RNG
   checkpoints/<step>/data         the input iterator's position (JSON)
   checkpoints/corrupt-<step>/     a checkpoint that could not be read, moved aside
+  checkpoints/<step>/metrics      the dev metrics of that step, where training evaluated there
 and averaged/<step>/, §6.1's mean of the last checkpoints (run/averaging.py). orbax writes
 each checkpoint into a temporary directory and renames it when complete, so a crash
 mid-write never leaves a checkpoint that looks finished.
+
+Which checkpoints stay is orbax's preservation policies' choice: the last `keep` (§6.1's
+average needs them) and the `keep_best` of lowest dev loss, which a long run would otherwise
+rotate away. orbax reads each checkpoint's metrics back when it opens the folder, so a resumed
+run keeps the same ones.
 """
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import time
@@ -63,11 +70,21 @@ def _checkpoint_write_errors(directory: str) -> Iterator[None]:
     raise CheckpointWriteError(directory, 'checkpoints', e.__cause__ or e) from e.__cause__
 
 
+DEV_LOSS = 'dev_loss'  # the metric keep_best ranks checkpoints by
+
+
+def _dev_loss(metrics: dict) -> float:
+  """A checkpoint's dev loss; one saved where training did not evaluate ranks last."""
+  return float(metrics.get(DEV_LOSS, math.inf))
+
+
 class Checkpointer:
   """Saves at orbax's policies' steps (every `every_steps`, and JAX's preemption sync point),
-  and every `every_minutes` minutes by the clock; keeps the last `keep`."""
+  and every `every_minutes` minutes by the clock; keeps the last `keep` and the `keep_best` of
+  lowest dev loss."""
 
-  def __init__(self, workdir: str, *, keep: int, every_steps: int = 0, every_minutes: float = 0.0):
+  def __init__(self, workdir: str, *, keep: int, keep_best: int = 0, every_steps: int = 0,
+               every_minutes: float = 0.0):
     self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINTS))
     self._every_seconds = every_minutes * 60
     self._last_save_time = time.monotonic()
@@ -81,8 +98,17 @@ class Checkpointer:
         self.directory, item_handlers={'params': ocp.StandardCheckpointHandler(),
                                        'train_state': ocp.StandardCheckpointHandler(),
                                        'data': ocp.JsonCheckpointHandler()},
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, save_decision_policy=(
-            policies.AnySavePolicy([*steps, policies.PreemptionCheckpointingPolicy()]))))
+        options=ocp.CheckpointManagerOptions(
+            save_decision_policy=policies.AnySavePolicy(
+                [*steps, policies.PreemptionCheckpointingPolicy()]),
+            # best_fn makes orbax write and read each checkpoint's metrics; which are kept
+            # is the preservation policy's alone.
+            best_fn=_dev_loss, best_mode='min',
+            preservation_policy=policies.AnyPreservationPolicy([
+                policies.LatestN(keep),
+                # reverse: descending, so the lowest losses are the last, the ones kept.
+                policies.BestN(get_metric_fn=_dev_loss, reverse=True, n=keep_best,
+                               keep_checkpoints_without_metrics=False)])))
     self._closed = False
 
   def _remove_torn_writes(self) -> None:
@@ -135,10 +161,11 @@ class Checkpointer:
     elapsed = time.monotonic() - self._last_save_time
     return bool(self._every_seconds) and elapsed >= self._every_seconds
 
-  def save(self, state: Any, data_state: dict) -> None:
+  def save(self, state: Any, data_state: dict, metrics: dict[str, float] | None = None) -> None:
     """Writes the state at its own step (asynchronously; `wait` or `close` to finish), which
-    the caller decided on (should_save, clock_due, a stop). A step at or below the latest
-    raises CheckpointNotSaved, never a save that never was."""
+    the caller decided on (should_save, clock_due, a stop), with the dev `metrics` evaluated
+    at that step ({'dev_loss': ...}; none: ranked last by keep_best). A step at or below the
+    latest raises CheckpointNotSaved, never a save that never was."""
     step = int(state.step)
     latest = self._manager.latest_step()
     if latest is not None and step <= latest:
@@ -154,12 +181,17 @@ class Checkpointer:
           params=ocp.args.StandardSave(state.params),
           train_state=ocp.args.StandardSave({'step': state.step, 'opt_state': state.opt_state,
                                              'rng': state.rng}),
-          data=ocp.args.JsonSave(data_state)), force=True)
+          data=ocp.args.JsonSave(data_state)), metrics=dict(metrics or {}), force=True)
     self._last_save_time = time.monotonic()
     logging.info('Saving checkpoint %d to %s', step, self.directory)
 
   def steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
+
+  def best_step(self) -> int | None:
+    """The kept checkpoint of lowest dev loss (None: none has one)."""
+    ranked = [s for s in self.steps() if math.isfinite(_dev_loss(self._manager.metrics(s) or {}))]
+    return min(ranked, key=lambda s: (_dev_loss(self._manager.metrics(s)), -s), default=None)
 
   def set_aside(self) -> list[str]:
     """The checkpoints moved aside as unreadable (checkpoints/corrupt-*)."""
