@@ -496,6 +496,7 @@ def _save_steps(checkpointer, state, losses):
     checkpointer.wait()
 
 
+@pytest.mark.slow
 def test_the_best_checkpoints_survive_the_rotation_and_a_resume(tmp_path):
   """keep=2, keep_best=2: the last two and the two of lowest dev loss stay, through orbax's
   preservation policies, also for a checkpointer that reopens the folder (a resumed run)."""
@@ -559,6 +560,7 @@ def test_average_measures_its_dev_loss_beside_its_checkpoints(tmp_path):
   assert params_lib.load_params(workdir, which='checkpoint').dev_loss == recorded[12]
 
 
+@pytest.mark.slow
 def test_an_average_worse_than_its_best_checkpoint_is_a_warning(tmp_path, monkeypatch, caplog):
   """The dev losses here are given (members measured newest first, then the mean)."""
   workdir = str(tmp_path)

@@ -64,6 +64,7 @@ def greedy(translator: ctranslate2.Translator, sentence: str) -> list[str]:
   return result[0].hypotheses[0]
 
 
+@pytest.mark.slow  # an export: seconds
 def test_the_folder_holds_both_models_with_our_start_symbol(exported):
   assert sorted(os.listdir(exported.path)) == ['README.md', 'float32', 'int8']
   vocabulary = synthetic.IdTokenizer(tiny_config().vocab_size).pieces(range(40))
@@ -81,6 +82,7 @@ def test_the_folder_holds_both_models_with_our_start_symbol(exported):
   assert sizes['int8'] < sizes['float32']  # (the position table, float32 in both, is most)
 
 
+@pytest.mark.slow  # an export: seconds
 def test_greedy_outputs_are_ours_token_for_token(exported):
   ours = exported.ours.translate(SENTENCES + [''], method='greedy')
   theirs = [greedy(exported.float32, s) for s in SENTENCES]
@@ -90,6 +92,7 @@ def test_greedy_outputs_are_ours_token_for_token(exported):
   assert any(stopped) and not all(stopped)  # an EOS chosen, and the limit reached
 
 
+@pytest.mark.slow  # an export: seconds
 def test_log_probabilities_are_ours(exported):
   """CTranslate2's score of our greedy outputs (EOS included) is our log P(Y|X). Its own
   greedy scores differ: they are normalised with PAD suppressed, ours are not."""
@@ -101,6 +104,7 @@ def test_log_probabilities_are_ours(exported):
     np.testing.assert_allclose(sum(result.log_probs), hypotheses[0].logprob, rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow  # an export: seconds
 def test_int8_loads_and_translates(exported):
   int8 = ctranslate2.Translator(os.path.join(exported.path, 'int8'), compute_type='int8',
                                 intra_threads=1)
@@ -113,6 +117,7 @@ def test_int8_loads_and_translates(exported):
                              [h[0].logprob for h in ours], rtol=0.05)  # quantized weights
 
 
+@pytest.mark.slow  # an export: seconds
 def test_the_readme_example_runs(exported, capsys):
   with open(os.path.join(exported.path, 'README.md'), encoding='utf-8') as f:
     code = f.read().split('```python\n')[1].split('```')[0]
@@ -150,6 +155,7 @@ def test_a_run_on_text_translates_as_ours(tmp_path):
   assert '' in theirs  # EOS first: CTranslate2's default min_decoding_length=1 forbids it
 
 
+@pytest.mark.slow  # an export: seconds
 def test_learned_positions_give_our_log_probabilities(tmp_path):
   """Table 3 row E: the position tables are given as weights, so a random model with learned
   positions scores as ours, token by token."""
@@ -168,6 +174,7 @@ def test_learned_positions_give_our_log_probabilities(tmp_path):
   np.testing.assert_allclose(theirs, ours, rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow  # an export: seconds
 def test_the_command_fills_an_empty_folder_and_refuses_a_non_empty_one(tiny_workdir, tmp_path,
                                                                        cli):
   """As the Marian export (export.check_output_dir): a new or empty folder, never mixed."""

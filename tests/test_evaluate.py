@@ -125,6 +125,7 @@ def test_eval_scores_are_sacrebleus_command_line_on_its_files(run):
                                  os.path.join(scores['folder'], 'hypotheses.txt'))
 
 
+@pytest.mark.slow
 def test_eval_metrics_bleu_leaves_out_chrf_and_ter(run):
   config = tiny_config()
   config.eval_metrics = 'bleu'

@@ -235,7 +235,8 @@ BF16_RTOL = BF16_EPS / 2
 # bfloat16, the accelerators' default dtype.
 @pytest.mark.parametrize('kernels,positional,dtype', [
     ('xla', 'sinusoidal', 'float32'), ('cpu', 'sinusoidal', 'float32'),
-    ('xla', 'learned', 'float32'), ('xla', 'learned', 'bfloat16')])
+    pytest.param('xla', 'learned', 'float32', marks=pytest.mark.slow),
+    pytest.param('xla', 'learned', 'bfloat16', marks=pytest.mark.slow)])
 def test_a_packed_batch_has_the_loss_and_gradients_of_its_pairs_alone(packed_run, kernels,
                                                                        positional, dtype):
   config, datasets, _ = packed_run

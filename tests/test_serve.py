@@ -21,6 +21,8 @@ from t2t_jax.apps.translator import Translator
 from t2t_jax.platform.batcher import Batcher
 
 uvicorn = pytest.importorskip('uvicorn', reason="the extra 'serve' (pip install -e '.[serve]')")
+# Seconds each: a served run compiles its search's shapes before it answers.
+pytestmark = pytest.mark.slow
 
 SENTENCES = ['5 6 7', '9 9 9 9 9 9 9 9', '3', '11 12', '4 4 8']
 
