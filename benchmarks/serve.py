@@ -6,8 +6,9 @@
 Serves the trained run in --workdir (a process of its own: `--mode=serve`), then, for each
 number of clients, that many threads each post one sentence at a time (the run's test split,
 in turn: the demo's demo_corpus/test.en) for --seconds, and reports the requests, the
-failures, the latencies' p50 and p99 and the sentences decoded a second (--sentences: another
-file, one sentence a line). Before that, a warm short sentence alone (--single times in a row,
+failures, the latencies' p50 and p99, the sentences decoded a second and the server's
+batches with their mean requests (GET /health's counts; --sentences: another file, one
+sentence a line). Before that, a warm short sentence alone (--single times in a row,
 the median); after, with the server stopped, the same sentences decoded as one
 `--mode=translate --input=FILE` decodes them (Translator.translate of the whole list,
 compiled and warmed first), for the ratio of the busiest load's throughput to it.
@@ -56,8 +57,14 @@ def wait_ready(url: str, process: subprocess.Popen) -> float:
       time.sleep(0.2)
 
 
+def health(url: str) -> dict:
+  with urllib.request.urlopen(f'{url}/health', timeout=60) as response:
+    return json.loads(response.read())
+
+
 def load(url: str, sentences: list[str], clients: int, seconds: float) -> dict:
-  """`clients` threads, each posting one sentence after another for `seconds`."""
+  """`clients` threads, each posting one sentence after another for `seconds`; with the
+  server's batches in that time (GET /health's counts) and their mean requests."""
   latencies, failures, lock = [], [0], threading.Lock()
   stop_at = time.monotonic() + seconds
   counter = iter(range(10 ** 9))
@@ -76,16 +83,21 @@ def load(url: str, sentences: list[str], clients: int, seconds: float) -> dict:
       with lock:
         latencies.append(time.monotonic() - start)
 
+  before = health(url)
   start = time.monotonic()
   with concurrent.futures.ThreadPoolExecutor(clients) as pool:
     for future in [pool.submit(client) for _ in range(clients)]:
       future.result()
   elapsed = time.monotonic() - start
+  after = health(url)
+  batches = after['batches'] - before['batches']
   return {'benchmark': 'serve', 'clients': clients, 'seconds': round(elapsed, 1),
           'requests': len(latencies), 'failed': failures[0],
           'p50_s': round(float(np.percentile(latencies, 50)), 4),
           'p99_s': round(float(np.percentile(latencies, 99)), 4),
-          'sentences_per_s': round(len(latencies) / elapsed, 2)}
+          'sentences_per_s': round(len(latencies) / elapsed, 2), 'batches': batches,
+          'requests_per_batch': round((after['requests'] - before['requests'])
+                                      / max(batches, 1), 1)}
 
 
 def file_throughput(workdir: str, sentences: list[str]) -> dict:

@@ -485,6 +485,9 @@ def test_serve_under_load_and_against_a_file(tiny_workdir, tmp_path):
                                                    'serve', 'serve_file_baseline']
   assert [line['clients'] for line in lines[2:4]] == [1, 2]
   assert all(line['failed'] == 0 and line['requests'] > 0 for line in lines[2:4])
+  # one client's requests each make a batch (it posts the next when answered)
+  assert lines[2]['batches'] == lines[2]['requests'] and lines[2]['requests_per_batch'] == 1
+  assert lines[3]['batches'] <= lines[3]['requests']
   assert set(lines[4]) == {'benchmark', 'sentences', 'seconds', 'sentences_per_s',
                            'serve_ratio', 'serve_clients'}
   assert lines[4]['sentences'] == 3 and lines[4]['serve_clients'] == 2

@@ -2,7 +2,6 @@
 limits, a client that goes away, and the page in a real browser (Debian's chromium under
 selenium). The command line's server, and SIGTERM in the middle of requests:
 tests/test_readme.py (the README's "Put it to work")."""
-import asyncio
 import base64
 import concurrent.futures
 import json
@@ -11,15 +10,16 @@ import shutil
 import socket
 import threading
 import time
+import types
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 
 from helpers import tiny_config
 from t2t_jax.apps import server
 from t2t_jax.apps.translator import Translator
-from t2t_jax.platform.batcher import Batcher
 
 uvicorn = pytest.importorskip('uvicorn', reason="the extra 'serve' (pip install -e '.[serve]')")
 # Seconds each: a served run compiles its search's shapes before it answers.
@@ -171,31 +171,17 @@ def test_attention_is_a_png_per_layer(served, translator):
   assert png.startswith(b'\x89PNG\r\n\x1a\n')
 
 
-def test_a_cancelled_request_is_dropped_before_its_batch():
-  """The batcher drops the items of a request cancelled while another batch runs."""
-  ran, release = [], threading.Event()
-
-  def work(key, items):
-    ran.append(list(items))
-    release.wait(10)
-    return [item.upper() for item in items]
-
-  async def scenario():
-    batcher = Batcher(work, wait_s=0.0)
-    batcher.start()
-    first = asyncio.ensure_future(batcher.submit('k', ['a']))
-    await asyncio.sleep(0.1)  # the first batch runs, holding the worker
-    gone = asyncio.ensure_future(batcher.submit('k', ['b']))
-    kept = asyncio.ensure_future(batcher.submit('k', ['c', 'd']))
-    await asyncio.sleep(0.05)
-    gone.cancel()
-    release.set()
-    results = await first, await kept
-    await batcher.stop()
-    return results
-
-  assert asyncio.run(scenario()) == (['A'], ['C', 'D'])
-  assert ran == [['a'], ['c', 'd']]
+def test_batch_rows_per_platform():
+  """A search batch's rows: Limits.rows if set; else 4 a device on a CPU, 32 (at least one a
+  device) on an accelerator."""
+  def on(platform, devices):
+    mesh = types.SimpleNamespace(devices=np.array([types.SimpleNamespace(platform=platform)]
+                                                  * devices), size=devices)
+    return types.SimpleNamespace(mesh=mesh)
+  assert server.batch_rows(server.Limits(rows=6), on('cpu', 2)) == 6
+  assert server.batch_rows(server.Limits(), on('cpu', 2)) == 8
+  assert server.batch_rows(server.Limits(), on('gpu', 1)) == 32
+  assert server.batch_rows(server.Limits(), on('tpu', 64)) == 64
 
 
 def test_a_client_that_goes_away_does_not_stop_the_server(served):

@@ -28,6 +28,7 @@ from helpers import (
   tiny_config,
 )
 from t2t_jax import Hypothesis, Translator
+from t2t_jax.data import batching
 from t2t_jax.decoding import batch_plan
 from t2t_jax.decoding.decode import length_penalty
 from t2t_jax.model.transformer import ModelConfig, Transformer
@@ -484,6 +485,34 @@ def test_small_calls_meet_only_the_interactive_shapes():
         assert met <= set(listed), (num_devices, max_rows, sorted(lengths))
       [(_, rows, _)] = batch_plan.decoding_batches([7], **small)
       assert rows == num_devices
+
+
+def test_small_calls_decode_the_longest_together():
+  """With max_rows, a call's sentences go into as few searches as the rows allow: the
+  longest left first, together at their longest's bucket; each sentence once."""
+  rng = np.random.default_rng(1)
+  config = tiny_config()
+  grid = batching.bucket_lengths(40, config.decode_bucket_growth)
+  for num_devices in (1, 2, 8):
+    for max_rows in (1, 4, 16):
+      small = dict(tokens_per_batch=config.decode_tokens_per_batch, num_devices=num_devices,
+                   bucket_growth=config.decode_bucket_growth, max_rows=max_rows, max_length=40)
+      for _ in range(100):
+        lengths = rng.integers(1, 41, size=rng.integers(1, 3 * max_rows + 1))
+        batches = list(batch_plan.decoding_batches(lengths, **small))
+        decoded = np.concatenate([indices for indices, _, _ in batches])
+        assert sorted(decoded) == list(range(len(lengths)))
+        longest_before = np.inf
+        for indices, rows, length in batches:
+          assert 0 < len(indices) <= rows and rows % num_devices == 0
+          assert length == grid[np.searchsorted(grid, lengths[indices].max())]
+          assert lengths[indices].max() <= longest_before
+          longest_before = lengths[indices].min()
+          if len(indices) < rows:  # room left only in the last: nothing was left for it
+            assert indices is batches[-1][0]
+        first_rows = batches[0][1]
+        if len(lengths) <= first_rows:
+          assert len(batches) == 1
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@
 Requests that arrive together are decoded together (platform/batcher.py): the lines of every
 request waiting with the same search settings go to one Translator.translate call, which cuts
 them into the decoding plan's small fixed shapes (batch_plan.interactive_shapes, at most
-`rows` rows), compiled before the server says it is ready; a sampled request is decoded
+batch_rows rows), compiled before the server says it is ready; a sampled request is decoded
 alone, so that its samples do not depend on what it was batched with. Limits (Limits) bound
 what one request may ask for; past them, and for malformed JSON or wrong types, the answer is
 a 4xx with a one-line reason. Nothing in a request names a file.
@@ -47,7 +47,26 @@ class Limits:
   lines: int = 64
   line_chars: int = 2000
   beam_size: int = 16
-  rows: int = 32  # a decoding batch's rows (the compiled shapes'): batch_plan max_rows
+  # A decoding batch's most rows (the compiled shapes', batch_plan's max_rows); 0: per
+  # platform (batch_rows).
+  rows: int = 0
+
+
+# A CPU device searches 4 rows of a server's batch fastest: it gains nothing from more rows,
+# and a batch of several lengths runs as long as its longest output (docs/performance.md,
+# Serving); an accelerator's step costs about the same for many rows as for a few.
+ROWS_PER_DEVICE = {'cpu': 4}
+ACCELERATOR_ROWS = 32
+
+
+def batch_rows(limits: Limits, translator: Translator) -> int:
+  """limits.rows, with 0 (per platform) resolved for the translator's devices."""
+  if limits.rows:
+    return limits.rows
+  platform = translator.mesh.devices.flat[0].platform
+  if platform in ROWS_PER_DEVICE:
+    return ROWS_PER_DEVICE[platform] * translator.mesh.size
+  return max(ACCELERATOR_ROWS, translator.mesh.size)
 
 
 class TranslateRequest(pydantic.BaseModel):
@@ -116,18 +135,22 @@ def _key(settings: dict[str, Any]) -> tuple:
 def create_app(translator: Translator, *, limits: Limits = Limits(), wait_s: float = 0.005,
                warm: bool = True) -> fastapi.FastAPI:
   """The app serving `translator`; `warm` compiles its default search for every shape a
-  batch of at most limits.rows can meet before the server is ready (lifespan)."""
+  batch of at most batch_rows can meet before the server is ready (lifespan)."""
+  rows = batch_rows(limits, translator)
+
   def work(key: tuple, lines: list[str]) -> list[Any]:
     settings = dict(key[0])
-    return translator.translate(lines, max_rows=limits.rows, show_progress=False, **settings)
+    return translator.translate(lines, max_rows=rows, show_progress=False, **settings)
 
-  batcher = Batcher(work, wait_s=wait_s, max_items=4 * limits.rows)
+  # A batch waits for a full search batch of lines, and takes up to 4: sorted by length, the
+  # lines of a busy server's batch make searches of like lengths (batch_plan).
+  batcher = Batcher(work, wait_s=wait_s, full_items=rows, max_items=4 * rows)
 
   @contextlib.asynccontextmanager
   async def lifespan(_: fastapi.FastAPI) -> AsyncIterator[None]:
     batcher.start()
     if warm:
-      await batcher.run_alone(lambda: translator.compile_ahead(max_rows=limits.rows, n_best=1))
+      await batcher.run_alone(lambda: translator.compile_ahead(max_rows=rows, n_best=1))
     logging.info('Serving %s: ready.', translator.describe())
     yield
     await batcher.stop()

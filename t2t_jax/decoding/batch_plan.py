@@ -37,26 +37,40 @@ INTERACTIVE_ROWS = 16
 def decoding_batches(lengths: Sequence[int], *, tokens_per_batch: int, num_devices: int,
                      bucket_growth: float, max_rows: int = 0, max_length: int = 0,
                      ) -> Iterator[tuple[np.ndarray, int, int]]:
-  """(indices, rows, padded length) of each batch, shortest sentences first.
+  """(indices, rows, padded length) of each batch.
 
   A bucket of padded length S always uses the same number of rows (tokens_per_batch / S,
-  at most max_rows if given, a multiple of num_devices); its last batch is filled up with
-  empty rows. With max_rows (small batches), a bucket whose sentences fit one row a device
-  gets one row a device. The buckets are those up to max_length whatever the longest
-  input: a fixed set of shapes (`interactive_shapes` lists those of small batches).
+  at most max_rows if given, a multiple of num_devices); a batch's last rows may be empty.
+  Without max_rows (a file), each bucket's sentences are cut into batches, shortest first.
+  With max_rows (a few sentences: a stream's lines, a server's requests), the longest
+  sentences left go together at their longest's bucket, as many as its rows hold, so that a
+  few sentences of several lengths are one search, not one per bucket; sentences that fit one
+  row a device get one row a device. The buckets are those up to max_length whatever the
+  longest input: a fixed set of shapes (`interactive_shapes` lists those of small batches).
   """
   lengths = np.asarray(lengths)
   grid = batching.bucket_lengths(max(int(lengths.max(initial=1)), max_length, 1),
                                  bucket_growth)
   padded = grid[np.searchsorted(grid, lengths)]
   order = np.argsort(lengths, kind='stable')
+
+  def rows_of(length: int, count: int) -> int:
+    per_device = max(tokens_per_batch // length // num_devices, 1)
+    if max_rows:  # small batches: no rows beyond what they have
+      per_device = 1 if count <= num_devices else min(per_device, -(-max_rows // num_devices))
+    return per_device * num_devices
+
+  if max_rows:
+    end = len(order)
+    while end > 0:  # the longest left, at their longest's bucket
+      length = int(padded[order[end - 1]])
+      rows = rows_of(length, end)
+      yield order[max(end - rows, 0):end], rows, length
+      end -= rows
+    return
   for length in np.unique(padded):
     members = order[padded[order] == length]
-    per_device = max(tokens_per_batch // int(length) // num_devices, 1)
-    if max_rows:  # small batches: no rows beyond what they have
-      per_device = 1 if len(members) <= num_devices else min(per_device,
-                                                             -(-max_rows // num_devices))
-    rows = per_device * num_devices
+    rows = rows_of(int(length), len(members))
     for start in range(0, len(members), rows):
       yield members[start:start + rows], rows, int(length)
 

@@ -1,10 +1,18 @@
 """Dynamic batching for a server: the items of requests that arrive while the previous batch
-runs, or within `wait_s` of the first, run together, one batch at a time, in a worker thread.
+runs, or after it while they keep coming, run together, one batch at a time, in a worker
+thread.
 
-Items carry a key (the search's settings): only items of one key share a batch, and a batch
-holds the items of as many requests of that key as are waiting, however many that is (the
-work cuts it into its own fixed shapes). A request whose future was cancelled (its client
-went away) before its batch started is dropped: it costs nothing.
+When the worker is free, a batch takes the requests waiting, then waits for more as long as
+they keep arriving (each within `wait_s` of the last), until it holds `full_items` items or
+`max_wait_s` has passed. A lone request waits `wait_s`. Under load the answers of one batch
+bring their clients' next requests back within milliseconds of each other: waiting for them
+makes one full batch where starting at once would split the clients into two half-full
+batches taking turns (each as costly as a full one in the search's fixed shapes).
+
+Items carry a key (the search's settings): only items of one key share a batch. A batch
+holds whole requests, up to `max_items` items (the work cuts them into its own fixed
+shapes); the requests past that start the next, in their order. A request whose future was
+cancelled (its client went away) before its batch started is dropped: it costs nothing.
 """
 from __future__ import annotations
 
@@ -29,14 +37,17 @@ class _Request:
 class Batcher:
   """submit(key, items) -> their results, computed by `work` in batches (see the module).
 
-  `wait_s`: how long the first request of a batch waits for others when the worker is idle;
-  `max_items`: a batch takes no more requests once it holds this many items. Start it inside
-  the event loop (`start`), and `stop` it when the server shuts down; `run_alone` runs other
+  `wait_s`, `full_items`, `max_wait_s`: how long a batch waits for another request, the
+  items that start it at once, and the longest it waits (see the module); `max_items`: the
+  most items a batch holds (one request may hold more: it runs alone). Start it inside the
+  event loop (`start`), and `stop` it when the server shuts down; `run_alone` runs other
   work (one call) in the same worker thread, between batches.
   """
 
-  def __init__(self, work: Work, *, wait_s: float = 0.005, max_items: int = 64):
+  def __init__(self, work: Work, *, wait_s: float = 0.005, full_items: int = 32,
+               max_wait_s: float = 0.05, max_items: int = 64):
     self._work, self._wait_s, self._max_items = work, wait_s, max_items
+    self._full_items, self._max_wait_s = min(full_items, max_items), max_wait_s
     self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='batcher')
     self._queue: asyncio.Queue[_Request] | None = None
     self._task: asyncio.Task | None = None
@@ -68,14 +79,23 @@ class Batcher:
     loop = asyncio.get_running_loop()
     while True:
       waiting = [await self._queue.get()]
-      deadline = loop.time() + self._wait_s
-      while sum(len(r.items) for r in waiting) < self._max_items:
+      while not self._queue.empty():  # what came while the last batch ran
+        waiting.append(self._queue.get_nowait())
+      last_by = loop.time() + self._max_wait_s
+      while _items(waiting) < self._full_items:
         try:
-          waiting.append(await asyncio.wait_for(self._queue.get(),
-                                                max(deadline - loop.time(), 0)))
+          timeout = min(self._wait_s, last_by - loop.time())
+          waiting.append(await asyncio.wait_for(self._queue.get(), max(timeout, 0)))
         except TimeoutError:
           break
-      for key, group in itertools.groupby(sorted(waiting, key=lambda r: str(r.key)),
+      batch, items = [], 0  # at most max_items; the rest start the next batch
+      for request in waiting:
+        if batch and items + len(request.items) > self._max_items:
+          self._queue.put_nowait(request)
+        else:
+          batch.append(request)
+          items += len(request.items)
+      for key, group in itertools.groupby(sorted(batch, key=lambda r: str(r.key)),
                                           key=lambda r: r.key):
         await self._run(key, [r for r in group if not r.future.done()])
 
@@ -97,3 +117,7 @@ class Batcher:
       if not r.future.done():
         r.future.set_result(list(results[start:start + len(r.items)]))
       start += len(r.items)
+
+
+def _items(requests: list[_Request]) -> int:
+  return sum(len(r.items) for r in requests)
