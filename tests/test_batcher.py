@@ -59,68 +59,49 @@ def test_a_batch_waits_at_most_max_wait_s():
   assert [item for batch in ran for item in batch] == [str(i) for i in range(20)]
 
 
-def test_what_came_during_a_batch_starts_the_next_at_most_max_items():
-  """Requests waiting when the worker frees go together, in their order, up to max_items
-  items (a request is never split); the rest start the batch after."""
+def _behind_a_held_batch(submissions, *, cancel=(), **batcher_kwargs):
+  """Runs a batch of ['a'] that holds the worker while `submissions` ((key, items) each)
+  arrive and those at the indices `cancel` are cancelled; then lets it go. Returns the first
+  batch's results, the others' (None: cancelled) and the items of every batch run."""
   hold = threading.Event()
   ran, work = _recording(hold)
 
   async def scenario():
-    batcher = Batcher(work, wait_s=0.0, full_items=4, max_items=4)
+    batcher = Batcher(work, **batcher_kwargs)
     batcher.start()
     first = asyncio.ensure_future(batcher.submit('k', ['a']))
-    await asyncio.sleep(0.1)  # the first batch holds the worker
-    waiting = [asyncio.ensure_future(batcher.submit('k', list(pair)))
-               for pair in ('bc', 'de', 'f', 'gh')]
+    await asyncio.sleep(0.1)  # the first batch runs, holding the worker
+    waiting = [asyncio.ensure_future(batcher.submit(key, list(items)))
+               for key, items in submissions]
     await asyncio.sleep(0.05)
+    for i in cancel:
+      waiting[i].cancel()
     hold.set()
-    results = await first, [await w for w in waiting]
+    results = await first, [None if i in cancel else await w for i, w in enumerate(waiting)]
     await batcher.stop()
     return results
 
-  assert asyncio.run(scenario()) == (['A'], [['B', 'C'], ['D', 'E'], ['F'], ['G', 'H']])
+  return (*asyncio.run(scenario()), ran)
+
+
+def test_what_came_during_a_batch_starts_the_next_at_most_max_items():
+  """Requests waiting when the worker frees go together, in their order, up to max_items
+  items (a request is never split); the rest start the batch after."""
+  first, results, ran = _behind_a_held_batch([('k', 'bc'), ('k', 'de'), ('k', 'f'), ('k', 'gh')],
+                                             wait_s=0.0, full_items=4, max_items=4)
+  assert first == ['A'] and results == [['B', 'C'], ['D', 'E'], ['F'], ['G', 'H']]
   assert ran == [['a'], ['b', 'c', 'd', 'e'], ['f', 'g', 'h']]
 
 
 def test_requests_of_other_keys_run_apart():
-  hold = threading.Event()
-  ran, work = _recording(hold)
-
-  async def scenario():
-    batcher = Batcher(work, wait_s=0.0)
-    batcher.start()
-    first = asyncio.ensure_future(batcher.submit('k', ['a']))
-    await asyncio.sleep(0.1)
-    waiting = [asyncio.ensure_future(batcher.submit(key, [item]))
-               for key, item in (('k', 'b'), ('j', 'c'), ('k', 'd'))]
-    await asyncio.sleep(0.05)
-    hold.set()
-    results = await first, [await w for w in waiting]
-    await batcher.stop()
-    return results
-
-  assert asyncio.run(scenario()) == (['A'], [['B'], ['C'], ['D']])
+  _, results, ran = _behind_a_held_batch([('k', 'b'), ('j', 'c'), ('k', 'd')], wait_s=0.0)
+  assert results == [['B'], ['C'], ['D']]
   assert sorted(ran[1:]) == [['b', 'd'], ['c']]
 
 
 def test_a_cancelled_request_is_dropped_before_its_batch():
   """The batcher drops the items of a request cancelled while another batch runs."""
-  hold = threading.Event()
-  ran, work = _recording(hold)
-
-  async def scenario():
-    batcher = Batcher(work, wait_s=0.0)
-    batcher.start()
-    first = asyncio.ensure_future(batcher.submit('k', ['a']))
-    await asyncio.sleep(0.1)  # the first batch runs, holding the worker
-    gone = asyncio.ensure_future(batcher.submit('k', ['b']))
-    kept = asyncio.ensure_future(batcher.submit('k', ['c', 'd']))
-    await asyncio.sleep(0.05)
-    gone.cancel()
-    hold.set()
-    results = await first, await kept
-    await batcher.stop()
-    return results
-
-  assert asyncio.run(scenario()) == (['A'], ['C', 'D'])
+  first, results, ran = _behind_a_held_batch([('k', 'b'), ('k', 'cd')], cancel=(0,),
+                                             wait_s=0.0)
+  assert first == ['A'] and results == [None, ['C', 'D']]
   assert ran == [['a'], ['c', 'd']]

@@ -81,13 +81,14 @@ class Batcher:
       waiting = [await self._queue.get()]
       while not self._queue.empty():  # what came while the last batch ran
         waiting.append(self._queue.get_nowait())
-      last_by = loop.time() + self._max_wait_s
-      while _items(waiting) < self._full_items:
+      count, last_by = sum(len(r.items) for r in waiting), loop.time() + self._max_wait_s
+      while count < self._full_items:
         try:
           timeout = min(self._wait_s, last_by - loop.time())
           waiting.append(await asyncio.wait_for(self._queue.get(), max(timeout, 0)))
         except TimeoutError:
           break
+        count += len(waiting[-1].items)
       batch, items = [], 0  # at most max_items; the rest start the next batch
       for request in waiting:
         if batch and items + len(request.items) > self._max_items:
@@ -117,7 +118,3 @@ class Batcher:
       if not r.future.done():
         r.future.set_result(list(results[start:start + len(r.items)]))
       start += len(r.items)
-
-
-def _items(requests: list[_Request]) -> int:
-  return sum(len(r.items) for r in requests)
